@@ -1,0 +1,22 @@
+"""attnlab: the shared code of the attnlab textbook on attention mechanisms.
+
+Chapters import from here instead of redefining library code. Each public object says in
+its docstring which chapter introduces it.
+"""
+
+from attnlab.attention.masking import causal_mask, masked_softmax, padding_mask
+from attnlab.shapes import check_shape
+from attnlab.utils import get_device, set_seed
+from attnlab.viz import figure_slider, plot_attention
+
+__all__ = [
+    "causal_mask",
+    "check_shape",
+    "figure_slider",
+    "get_device",
+    "masked_softmax",
+    "padding_mask",
+    "plot_attention",
+    "set_seed",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,135 @@
+"""Masks and the masked softmax: which keys each query may attend to.
+
+Introduced in the chapter "Preliminaries". The convention is the one of
+``torch.nn.functional.scaled_dot_product_attention``: a boolean mask is ``True`` where a
+key *takes part*, and broadcasts to the scores' shape ``(B, H, L, S)``; a float mask is
+*added* to the scores (0 keeps, ``-inf`` removes).
+
+A query whose keys are all masked gets all-zero weights (and so a zero output and zero
+gradients), never NaN: see ``masked_softmax``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["causal_mask", "masked_softmax", "padding_mask"]
+
+
+def causal_mask(
+    num_queries: int,
+    num_keys: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Boolean mask of shape ``(L, S)`` letting query ``i`` attend to keys ``j <= i``.
+
+    Defined in the chapter "Preliminaries". When ``L == S`` this is the lower triangle
+    including the diagonal. When ``L != S`` the triangle is aligned at the top-left corner,
+    as ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` does
+    (``torch.ones(L, S).tril()``): query ``i`` sees keys ``0..i``.
+
+    Shapes:
+        returns: ``(L, S)``, dtype ``torch.bool``; ``True`` = takes part.
+
+    Raises:
+        TypeError / ValueError: a length is not a positive integer.
+    """
+    num_keys = num_queries if num_keys is None else num_keys
+    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"causal_mask: {name} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"causal_mask: {name} must be at least 1, got {value}")
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """Boolean key mask of shape ``(B, 1, 1, S)`` from the true lengths of padded sequences.
+
+    Defined in the chapter "Preliminaries". Sequence ``b`` has ``lengths[b]`` real tokens
+    followed by padding; the mask is ``True`` on the real tokens. Its shape broadcasts
+    against scores of shape ``(B, H, L, S)``, so every head and every query ignores padding.
+
+    Shapes:
+        lengths: ``(B,)`` integer tensor; returns ``(B, 1, 1, S)`` with ``S = max_len``
+        (default: the largest length).
+
+    Raises:
+        TypeError: ``lengths`` is not an integer tensor.
+        ValueError: ``lengths`` is not 1-D, holds a negative length, or one above ``max_len``.
+    """
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise TypeError(f"padding_mask: lengths must be an integer tensor of shape (B,), got {got}")
+    if lengths.dim() != 1:
+        raise ValueError(f"padding_mask: lengths must have shape (B,), got {tuple(lengths.shape)}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"padding_mask: lengths must be non-negative, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    elif isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
+        raise ValueError(f"padding_mask: max_len must be an int >= the largest length {longest}, got {max_len!r}")
+    positions = torch.arange(max_len, device=lengths.device)  # (S,)
+    mask = positions[None, :] < lengths[:, None]  # (B, 1) vs (1, S) -> (B, S)
+    return mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+def _check_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"masked_softmax: mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(
+            f"masked_softmax: mask must be boolean (True = takes part) or floating (added to the scores), "
+            f"got dtype {mask.dtype}"
+        )
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores.shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores.shape:
+        raise ValueError(
+            f"masked_softmax: the shape of mask is {tuple(mask.shape)}, but it must broadcast to the "
+            f"shape of scores {tuple(scores.shape)}"
+        )
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``scores`` over ``dim``, restricted to the positions that ``mask`` keeps.
+
+    Defined in the chapter "Preliminaries": the normalisation stage of attention.
+    Numerically stable (the row maximum is subtracted before ``exp``), and total:
+
+    - masked positions get a weight of exactly 0;
+    - a row in which every position is masked gets all-zero weights instead of NaN, so a
+      query with nothing to attend to yields a zero output and zero gradients.
+
+    Shapes:
+        scores: any shape, typically ``(B, H, L, S)``; the softmax runs over ``dim``.
+        mask: ``None``, or boolean / float, broadcastable to ``scores.shape``.
+        returns: the shape of ``scores``.
+
+    Raises:
+        TypeError: ``scores`` is not a floating tensor, or ``mask`` has the wrong type.
+        ValueError: ``mask`` does not broadcast to ``scores``, or ``dim`` is out of range.
+    """
+    if not isinstance(scores, torch.Tensor) or not scores.dtype.is_floating_point:
+        got = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise TypeError(f"masked_softmax: scores must be a floating-point tensor, got {got}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -scores.dim() <= dim < max(scores.dim(), 1):
+        raise ValueError(f"masked_softmax: dim must be an int in [{-scores.dim()}, {scores.dim()}), got {dim!r}")
+    if mask is not None:
+        _check_mask(scores, mask)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0
+        else:
+            scores = scores + mask  # float masks are added
+    row_max = scores.amax(dim=dim, keepdim=True)
+    # A fully masked row has max -inf and (-inf) - (-inf) = NaN: subtract 0 there instead.
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = torch.exp(scores - row_max)  # every value in [0, 1]: no overflow
+    denom = exp.sum(dim=dim, keepdim=True)
+    # Where the whole row is masked, exp is 0 everywhere; divide by 1 to return zeros.
+    denom = torch.where(denom > 0, denom, torch.ones_like(denom))
+    return exp / denom

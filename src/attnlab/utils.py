@@ -1,0 +1,71 @@
+"""Reproducibility and device selection: the two calls in every chapter's setup cell.
+
+Introduced in the chapter "Preliminaries". No hidden globals: every other function of the
+package takes its device and its random generator as arguments.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["get_device", "set_seed"]
+
+_DEVICE_NAMES = ("cuda", "mps", "cpu")
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's, NumPy's and PyTorch's random generators (CPU and every CUDA device).
+
+    Defined in the chapter "Preliminaries". Calling it with the same seed makes everything
+    that follows in a chapter reproducible on the same machine and library versions.
+
+    Args:
+        seed: a non-negative integer below 2**32 (NumPy's limit).
+
+    Raises:
+        TypeError: ``seed`` is not an integer (``bool`` is refused too).
+        ValueError: ``seed`` is negative or not below 2**32.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"set_seed: seed must be an int, got {type(seed).__name__} ({seed!r})")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"set_seed: seed must be in [0, 2**32), got {seed}")
+    seed = int(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """Return the best available device: CUDA, then Apple's MPS, then the CPU.
+
+    Defined in the chapter "Preliminaries".
+
+    Args:
+        prefer: ``None`` picks automatically; ``"cuda"``, ``"mps"`` or ``"cpu"`` asks for that
+            device and fails if it is not available (useful to force the CPU on a GPU machine).
+
+    Raises:
+        ValueError: ``prefer`` is not one of ``None``, ``"cuda"``, ``"mps"``, ``"cpu"``.
+        RuntimeError: the preferred device is not available on this machine.
+    """
+    if prefer is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if not isinstance(prefer, str) or prefer not in _DEVICE_NAMES:
+        raise ValueError(f"get_device: prefer must be None or one of {_DEVICE_NAMES}, got {prefer!r}")
+    available = {"cuda": torch.cuda.is_available(), "mps": _mps_available(), "cpu": True}
+    if not available[prefer]:
+        raise RuntimeError(f"get_device: device {prefer!r} was asked for but is not available here")
+    return torch.device(prefer)

@@ -1,0 +1,200 @@
+"""Figures shared by the chapters: attention weights as a labelled heatmap, and a slider over
+figures rendered in advance, which works on the static website without a running kernel.
+
+Introduced in the chapter "Preliminaries"; used for alignments (chapter 2), self-attention
+heads (chapter 5) and the Transformer's layers (chapter 6).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["figure_slider", "plot_attention"]
+
+Labels = Sequence[str] | str | None
+
+
+def _as_matrix(weights: Any) -> np.ndarray:
+    """Weights as a float64 NumPy matrix of shape (L, S), whatever array type came in."""
+    if isinstance(weights, torch.Tensor):
+        array = weights.detach().to("cpu", torch.float64).numpy()
+    elif isinstance(weights, np.ndarray):
+        array = weights
+    elif isinstance(weights, (list, tuple)):
+        array = np.asarray(weights)
+    else:
+        raise TypeError(
+            "plot_attention: weights must be a torch.Tensor, a numpy.ndarray or a nested list, "
+            f"got {type(weights).__name__}"
+        )
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"plot_attention: weights must hold real numbers, got dtype {array.dtype}")
+    if array.ndim != 2:
+        raise ValueError(
+            "plot_attention: weights must have shape (L, S) (queries x keys), got shape "
+            f"{tuple(array.shape)}; select one example and head first, e.g. weights[0, h]"
+        )
+    if 0 in array.shape:
+        raise ValueError(f"plot_attention: weights must not be empty, got shape {tuple(array.shape)}")
+    return array.astype(np.float64)
+
+
+def _as_labels(labels: Labels, expected: int, name: str, axis: str) -> list[str] | None:
+    """Token labels as a list of strings; a plain string is split into its characters."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        labels = list(labels)
+    elif not isinstance(labels, Sequence) or not all(isinstance(t, str) for t in labels):
+        raise TypeError(f"plot_attention: {name} must be a string or a sequence of strings, got {labels!r}")
+    if len(labels) != expected:
+        raise ValueError(
+            f"plot_attention: {name} has {len(labels)} labels, but weights has {expected} {axis} "
+            f"(weights is (L, S): rows are queries, columns are keys)"
+        )
+    return list(labels)
+
+
+def plot_attention(
+    weights: Any,
+    queries: Labels = None,
+    keys: Labels = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "key",
+    ylabel: str = "query",
+    cmap: str = "viridis",
+    vmin: float | None = 0.0,
+    vmax: float | None = None,
+    annotate: bool = False,
+    colorbar: bool = True,
+) -> Axes:
+    """Draw attention weights as a heatmap with token labels on both axes.
+
+    Defined in the chapter "Preliminaries". Row ``i`` shows how query ``i`` spreads its
+    attention over the keys, so for a softmax over keys every row sums to one.
+
+    Shapes:
+        weights: ``(L, S)``: L queries (rows, y axis) by S keys (columns, x axis).
+        queries: L labels; keys: S labels. A plain string stands for its characters, so
+        ``keys="27/09/94"`` labels eight columns.
+
+    Args:
+        weights: a tensor (any device, any float dtype, gradients allowed), an ndarray or a
+            nested list.
+        queries, keys: token labels, or ``None`` for index numbers.
+        ax: axes to draw into; a new figure is made when ``None``.
+        title: the figure's title; state the finding, not just the content.
+        xlabel, ylabel: axis titles.
+        cmap: a Matplotlib colour map name.
+        vmin, vmax: colour limits; ``vmin=0`` and ``vmax=None`` (the largest weight) by
+            default, so that the lightest cell is the most attended one.
+        annotate: write each weight (two decimals) into its cell; for small matrices.
+        colorbar: add a colour bar labelled "weight".
+
+    Returns:
+        The Matplotlib axes that were drawn into.
+
+    Raises:
+        TypeError: weights is not an array of real numbers, or labels are not strings.
+        ValueError: weights is not 2-D or is empty, or the label counts do not match its shape.
+    """
+    matrix = _as_matrix(weights)
+    n_queries, n_keys = matrix.shape
+    row_labels = _as_labels(queries, n_queries, "queries", "rows")
+    col_labels = _as_labels(keys, n_keys, "keys", "columns")
+
+    if ax is None:
+        width = min(12.0, 2.0 + 0.35 * n_keys)
+        height = min(10.0, 1.5 + 0.35 * n_queries)
+        _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+
+    ax.set_xticks(range(n_keys), col_labels if col_labels is not None else range(n_keys))
+    ax.set_yticks(range(n_queries), row_labels if row_labels is not None else range(n_queries))
+    if col_labels is not None and max(len(t) for t in col_labels) > 2:
+        ax.tick_params(axis="x", labelrotation=90)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+
+    if annotate:
+        threshold = (image.norm.vmin + image.norm.vmax) / 2
+        for i in range(n_queries):
+            for j in range(n_keys):
+                value = matrix[i, j]
+                colour = "black" if value > threshold else "white"
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour, fontsize=8)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="weight")
+    return ax
+
+
+def _png(figure: Figure, dpi: int) -> bytes:
+    buffer = io.BytesIO()
+    # Fixed metadata: the bytes depend on the picture alone, not on the date or the backend.
+    figure.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def figure_slider(
+    draw: Callable[[Any], Figure],
+    values: Sequence[Any],
+    *,
+    description: str = "",
+    value: Any = None,
+    dpi: int = 80,
+) -> widgets.VBox:
+    """A slider over ``values`` that shows the figure ``draw(v)`` for the chosen value.
+
+    Defined in the chapter "Preliminaries". Every figure is drawn now, saved as a PNG and
+    closed; the slider selects among them in the browser (``ipywidgets.jslink``), so the
+    widget also works on the static website, where no kernel runs. Use it for a handful of
+    values (a temperature, a head, a layer); use ``ipywidgets.interact`` when the reader should
+    type arbitrary input.
+
+    Args:
+        draw: a function of one value that returns a Matplotlib figure.
+        values: the values to offer, in slider order (at least one; shown with ``str``).
+        description: the slider's label.
+        value: the value selected at first; the first one when ``None``.
+        dpi: resolution of the rendered figures.
+
+    Returns:
+        A ``VBox`` holding the slider and a ``Stack`` of ``Image`` widgets.
+
+    Raises:
+        TypeError: ``draw`` is not callable or does not return a figure.
+        ValueError: ``values`` is empty, or ``value`` is not one of them.
+    """
+    if not callable(draw):
+        raise TypeError(f"figure_slider: draw must be a function of one value, got {type(draw).__name__}")
+    values = list(values)
+    if not values:
+        raise ValueError("figure_slider: values must hold at least one value, got none")
+    if value is None:
+        value = values[0]
+    if value not in values:
+        raise ValueError(f"figure_slider: value must be one of values {values}, got {value!r}")
+    images = []
+    for v in values:
+        figure = draw(v)
+        if not isinstance(figure, Figure):
+            raise TypeError(f"figure_slider: draw({v!r}) must return a matplotlib Figure, got {type(figure).__name__}")
+        images.append(widgets.Image(value=_png(figure, dpi), format="png"))
+        plt.close(figure)
+    slider = widgets.SelectionSlider(options=values, value=value, description=description, continuous_update=True)
+    stack = widgets.Stack(images, selected_index=values.index(value))
+    widgets.jslink((slider, "index"), (stack, "selected_index"))
+    return widgets.VBox([slider, stack])

@@ -1,0 +1,3 @@
+"""Shared pytest configuration: fixture notebooks are data for the harness tests, not chapters."""
+
+collect_ignore_glob = ["fixtures/*"]

@@ -1,0 +1,93 @@
+"""set_seed and get_device: the two calls of every chapter's setup cell."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+
+
+def _draw() -> tuple[float, float, list[float]]:
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_set_seed_makes_python_numpy_and_torch_reproducible():
+    attnlab.set_seed(123)
+    first = _draw()
+    attnlab.set_seed(123)
+    assert _draw() == first
+    attnlab.set_seed(124)
+    assert _draw() != first
+
+
+def test_set_seed_accepts_numpy_integers():
+    attnlab.set_seed(np.int64(5))
+    a = torch.rand(2)
+    attnlab.set_seed(5)
+    assert torch.equal(a, torch.rand(2))
+
+
+@pytest.mark.parametrize("bad", [1.5, "0", None, True])
+def test_set_seed_rejects_non_integers(bad):
+    with pytest.raises(TypeError, match="seed must be an int"):
+        attnlab.set_seed(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32])
+def test_set_seed_rejects_out_of_range(bad):
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*32\)"):
+        attnlab.set_seed(bad)
+
+
+def test_get_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert attnlab.get_device() == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(attnlab.utils, "_mps_available", lambda: True)
+    assert attnlab.get_device() == torch.device("mps")
+    monkeypatch.setattr(attnlab.utils, "_mps_available", lambda: False)
+    assert attnlab.get_device() == torch.device("cpu")
+
+
+def test_get_device_returns_a_usable_device():
+    device = attnlab.get_device()
+    assert isinstance(device, torch.device)
+    assert torch.ones(2, device=device).sum().item() == 2.0
+
+
+def test_get_device_can_force_the_cpu():
+    assert attnlab.get_device("cpu") == torch.device("cpu")
+
+
+def test_get_device_rejects_unknown_names():
+    with pytest.raises(ValueError, match="prefer must be None or one of"):
+        attnlab.get_device("tpu")
+
+
+def test_get_device_fails_clearly_when_the_device_is_missing(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="'cuda' was asked for but is not available"):
+        attnlab.get_device("cuda")
+
+
+def test_check_shape_passes_and_returns_the_shape():
+    x = torch.zeros(2, 3, 4)
+    assert attnlab.check_shape(x, (2, 3, 4)) == torch.Size([2, 3, 4])
+    assert attnlab.check_shape(x, (2, None, 4)) == torch.Size([2, 3, 4])
+
+
+@pytest.mark.parametrize("expected", [(2, 3), (2, 3, 5), (2, 3, 4, 1)])
+def test_check_shape_names_both_shapes(expected):
+    with pytest.raises(ValueError, match=r"the shape of weights is \(2, 3, 4\), but should be"):
+        attnlab.check_shape(torch.zeros(2, 3, 4), expected, name="weights")
+
+
+def test_check_shape_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        attnlab.check_shape([1, 2], (2,))
+    with pytest.raises(TypeError, match="expected must"):
+        attnlab.check_shape(torch.zeros(2), "2")
+    with pytest.raises(TypeError, match="expected must hold ints"):
+        attnlab.check_shape(torch.zeros(2), (2.0,))
