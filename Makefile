@@ -1,0 +1,72 @@
+# attnlab: the two commands are `make book` and `make test` (see README.md).
+#   make book      create .venv, install everything, build the website into _build/html
+#   make test      install, build, then run every test (unit, chapters with nbval, site in Chromium)
+#   make execute   re-execute every chapter in place (regenerates the published outputs)
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
+CHAPTERS := $(wildcard chapters/*.ipynb)
+# Kernel threads: fixed, so that chapters print the same digits on every machine.
+export OMP_NUM_THREADS ?= 2
+export MKL_NUM_THREADS ?= 2
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: all install book vendor test execute browser clean distclean
+
+all: book
+
+# --- installation ---------------------------------------------------------------------------
+$(STAMP): requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3.X'"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip==25.3
+	@# torch first and alone: pip then takes the pinned CPU wheel rather than resolving a CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -r requirements.txt
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	$(PIP) check
+	@touch $@
+
+install: $(STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make: npm not found; install Node.js (needed to build the website)"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+vendor: $(NODE_STAMP) $(STAMP)
+	$(PY) scripts/vendor_assets.py
+
+# --- the website ----------------------------------------------------------------------------
+# -W -n --keep-going: every warning fails the build, and all of them are reported at once.
+book: vendor
+	rm -rf _build/html
+	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+	@echo "make book: open _build/html/index.html"
+
+# --- chapters -------------------------------------------------------------------------------
+execute: $(STAMP)
+	@for nb in $(CHAPTERS); do \
+		echo "executing $$nb"; \
+		$(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; \
+	done
+
+# --- tests ----------------------------------------------------------------------------------
+# Debian's Chromium for the browser checks (Playwright drives it; it downloads no browser).
+browser:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the browser checks"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk; }
+
+test: book browser
+	$(PY) -m pytest tests chapters --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+clean:
+	rm -rf _build
+
+distclean: clean
+	rm -rf $(VENV) node_modules
