@@ -1,0 +1,127 @@
+"""Chapters are committed executed, in order, with their outputs, and follow the book's rules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from IPython.core.inputtransformer2 import TransformerManager
+
+import attnlab
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+REPO_URL = CONFIG["repository"]["url"].rstrip("/")
+MAX_LINE = 79  # wider lines overflow the code boxes of the website
+
+
+def _code_cells(path: Path) -> list:
+    nb = nbformat.read(path, as_version=4)
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+
+def _tags(cell) -> set[str]:
+    return set(cell.metadata.get("tags", []))
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no chapters in chapters/"
+
+
+def test_toc_lists_exactly_the_chapters():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [ch["file"] for part in toc["parts"] for ch in part["chapters"]]
+    listed = {f for f in files if f.startswith("chapters/")}
+    on_disk = {f"chapters/{p.stem}" for p in CHAPTERS}
+    assert listed == on_disk, f"in _toc.yml but not on disk: {listed - on_disk}; on disk only: {on_disk - listed}"
+    for f in files:
+        assert any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb")), f"_toc.yml names missing {f}"
+
+
+def test_the_site_never_executes_and_never_allows_errors():
+    assert CONFIG["execute"]["execute_notebooks"] == "off"
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    assert "allow_errors" not in text
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_was_executed_top_to_bottom(path):
+    cells = _code_cells(path)
+    counts = [c.execution_count for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{path.name}: execution counts {counts} are not 1..{len(cells)}: run `make execute`"
+    )
+    assert sum(len(c.outputs) for c in cells) > 0, f"{path.name} has no stored outputs"
+    for i, cell in enumerate(cells, 1):
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors and "raises-exception" not in _tags(cell):
+            pytest.fail(f"{path.name}, cell [{i}]: stored error {errors[0].ename}: {errors[0].evalue}")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_starts_with_the_setup_cell(path):
+    setup = _code_cells(path)[0].source
+    assert '"google.colab" in sys.modules' in setup, "the setup cell must install on Colab only"
+    install = re.search(r'%pip install -q "attnlab @ git\+(\S+?)"', setup)
+    assert install, "the setup cell must pip-install attnlab from the repository on Colab"
+    assert install.group(1).rstrip("/") == REPO_URL, f"installs from {install.group(1)}, _config.yml says {REPO_URL}"
+    for line in ("attnlab.set_seed(0)", "device = attnlab.get_device()", 'print("device:", device)'):
+        assert line in setup, f"the setup cell lacks `{line}`"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_outputs_are_compared_not_hidden(path):
+    for i, cell in enumerate(_code_cells(path), 1):
+        tags = _tags(cell)
+        assert "nbval-skip" not in tags, f"{path.name}, cell [{i}]: nbval-skip hides a cell from the tests"
+        if "nbval-ignore-output" in tags:
+            # Only for ipywidgets.interact, whose clear_output messages strict nbval cannot compare.
+            assert "interact(" in cell.source, f"{path.name}, cell [{i}]: nbval-ignore-output on a non-widget cell"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_widget_state_is_saved_for_the_website(path):
+    nb = nbformat.read(path, as_version=4)
+    shows_widgets = any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for c in _code_cells(path) for o in c.outputs
+    )
+    if shows_widgets:
+        state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+        assert state.get("state"), f"{path.name} shows widgets but saved no widget state: run `make execute`"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_code_fits_the_page(path):
+    long = [
+        f"cell [{i}]: {len(line)} chars: {line[:60]}..."
+        for i, cell in enumerate(_code_cells(path), 1)
+        for line in cell.source.splitlines()
+        if len(line) > MAX_LINE
+    ]
+    assert not long, f"{path.name} has code lines over {MAX_LINE} characters:\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_does_not_redefine_library_code(path):
+    library = set(attnlab.__all__)
+    for i, cell in enumerate(_code_cells(path), 1):
+        source = TransformerManager().transform_cell(cell.source)  # %magics -> Python
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in library:
+                pytest.fail(f"{path.name}, cell [{i}] redefines attnlab.{node.name}: import it instead")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_exercises_with_hidden_solutions(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    exercises = re.findall(r"^:::\{exercise\}\n:label: (\S+)", text, flags=re.M)
+    assert exercises, f"{path.name} has no exercises"
+    for label in exercises:
+        solution = re.search(r"^:::\{solution(?:-start)?\} " + re.escape(label) + r"\n:class: dropdown", text, re.M)
+        assert solution, f"{path.name}: exercise {label} has no solution hidden in a dropdown"

@@ -1,0 +1,193 @@
+"""The built website, opened page by page in headless Chromium as a reader would.
+
+Runs after `make book` (the `make test` target builds first). For every page it fails on: a page
+that does not load, a failed request or a request that leaves the site (the site must work
+offline), a console error, math that MathJax did not typeset, widgets that did not render, a
+chapter page without its Colab launch link, and a broken internal link. A full-page screenshot
+of each page is saved under _build/screenshots/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
+
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _pages() -> list[str]:
+    if not (SITE / "index.html").exists():
+        raise RuntimeError(f"no built site at {SITE}: run `make book` first (`make test` does)")
+    skip = {"genindex.html"}  # Sphinx's generated index: empty for this book, nothing to read
+    pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
+    return [p for p in pages if not p.startswith(("_", "vendor/")) and p not in skip]
+
+
+PAGES = _pages()
+REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"].rstrip("/")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output readable
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, server: str, page_path: str):
+    """Load a page, wait for MathJax and the widgets, and return (page, problems)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+
+    def offline_only(route):
+        if route.request.url.startswith(server) or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            problems.append(f"request leaves the site: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", offline_only)
+    response = page.goto(server + page_path, wait_until="load")
+    if response is None or not response.ok:
+        problems.append(f"page did not load: {page_path}")
+    page.wait_for_load_state("networkidle")
+    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
+        page.evaluate("() => window.MathJax.startup.promise")
+    return page, problems
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_renders_offline(browser, server, page_path):
+    page, problems = _open(browser, server, page_path)
+    try:
+        # Math: every formula on the page is typeset, without errors.
+        n_math = page.locator(".math").count()
+        if n_math:
+            typeset = page.locator(".math mjx-container").count()
+            if typeset < n_math:
+                problems.append(f"math not typeset: {n_math - typeset} of {n_math} formulas")
+            if page.locator("mjx-merror").count():
+                problems.append("MathJax reported an error in a formula")
+        # Widgets: every stored widget view is replaced by a rendered widget.
+        n_views = page.locator(f'script[type="{WIDGET_VIEW}"]').count()
+        if n_views:
+            try:
+                page.wait_for_selector(".widget-slider, .jupyter-widgets .widget-inline-hbox", timeout=15000)
+            except Exception:
+                problems.append(f"{n_views} widget(s) stored but none rendered")
+            else:
+                rendered = page.locator(".jupyter-widgets.widget-interact, .widget-vbox, .widget-hbox").count()
+                if rendered < n_views:
+                    problems.append(f"{n_views} widget views stored, {rendered} rendered")
+        # Sliders over pre-rendered figures (attnlab.figure_slider) work with no kernel: moving the
+        # slider with the keyboard changes the readout and the picture.
+        sliders = page.locator(".widget-vbox:has(.noUi-handle):has(img.widget-image)")
+        for i in range(sliders.count()):
+            widget = sliders.nth(i)
+            image, readout = widget.locator("img.widget-image"), widget.locator(".widget-readout")
+            before = (image.get_attribute("src"), readout.inner_text())
+            widget.locator(".noUi-handle").focus()
+            page.keyboard.press("ArrowRight" if widget.locator('.noUi-handle[aria-valuenow="0.0"]').count() else "ArrowLeft")
+            page.wait_for_timeout(300)
+            after = (image.get_attribute("src"), readout.inner_text())
+            if after[0] == before[0] or after[1] == before[1]:
+                problems.append(f"slider {i} does not change its figure in the browser: {before[1]!r} -> {after[1]!r}")
+        # Chapters: the Colab launch button points at this notebook in the book's repository.
+        if page_path.startswith("chapters/"):
+            colab = page.locator('a[href*="colab.research.google.com"]')
+            hrefs = [colab.nth(i).get_attribute("href") for i in range(colab.count())]
+            notebook = page_path.removesuffix(".html") + ".ipynb"
+            repo_path = urlparse(REPO_URL).path.strip("/")
+            if not any(repo_path in h and h.endswith(notebook) for h in hrefs):
+                problems.append(f"no Colab link to {repo_path}/.../{notebook}: found {hrefs}")
+        page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
+    finally:
+        page.context.close()
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+def _ids(path: Path) -> set[str]:
+    soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+    return {tag["id"] for tag in soup.find_all(id=True)} | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})}
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_internal_links_resolve(page_path):
+    source = SITE / page_path
+    soup = BeautifulSoup(source.read_text(encoding="utf-8"), "html.parser")
+    broken = []
+    for tag in soup.find_all("a", href=True):
+        href = tag["href"]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", href) or href.startswith("//"):
+            continue  # external link (http:, mailto:, ...): not followed offline
+        url = urlparse(urljoin("http://site/" + page_path, href))
+        target = SITE / unquote(url.path).lstrip("/")
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.exists():
+            broken.append(f"{href} -> missing {target.relative_to(SITE)}")
+        elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in _ids(target):
+            broken.append(f"{href} -> no anchor #{url.fragment} in {target.relative_to(SITE)}")
+    assert not broken, f"{page_path} has broken internal links:\n  " + "\n  ".join(broken)
+
+
+def test_every_chapter_has_a_page():
+    chapters = sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb"))
+    assert chapters, "no chapters found"
+    missing = [c for c in chapters if f"chapters/{c}.html" not in PAGES]
+    assert not missing, f"chapters without a page on the site: {missing}"
+
+
+def test_assets_are_served_by_the_site_not_injected_into_every_page():
+    index = (SITE / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "vendor/mathjax/tex-chtml.js" in index
+    assert "cdn.jsdelivr.net" not in index and "cdnjs.cloudflare.com" not in index
+    for ours in ("mathjax", "require.min.js", "@jupyter-widgets"):  # (_static/vendor/fontawesome is the theme's)
+        assert not (SITE / "_static" / "vendor" / ours).exists(), ours
+        assert (SITE / "vendor" / ours).exists(), ours
+    sources = [urlparse(urljoin("http://site/book/intro.html", src)).path for src in re.findall(r'<script[^>]+src="([^"]+)"', index)]
+    assert "/vendor/mathjax/tex-chtml.js" in sources, sources
+    assert not any(p.startswith("/_static/") and ("mathjax" in p or "embed-amd" in p) for p in sources), sources
