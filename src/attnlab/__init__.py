@@ -4,7 +4,7 @@ Chapters import from here instead of redefining library code. Each public object
 its docstring which chapter introduces it.
 """
 
-from attnlab.attention.masking import causal_mask, masked_softmax, padding_mask
+from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
 from attnlab.viz import figure_slider, plot_attention
@@ -13,6 +13,7 @@ __all__ = [
     "causal_mask",
     "check_shape",
     "figure_slider",
+    "from_key_padding_mask",
     "get_device",
     "masked_softmax",
     "padding_mask",

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab import causal_mask, masked_softmax, padding_mask
+from attnlab import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 
 
 def test_causal_mask_is_the_lower_triangle():
@@ -151,3 +151,24 @@ def test_masked_softmax_properties(shape, seed, shift):
     assert torch.equal(sums[~has_key], torch.zeros_like(sums[~has_key]))
     # adding a constant to every score of a row changes nothing
     torch.testing.assert_close(masked_softmax(scores + shift, mask), weights)
+
+
+def test_from_key_padding_mask_flips_the_convention_like_multiheadattention():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(embed_dim=8, num_heads=2, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    key_padding_mask = torch.tensor([[False] * 5, [False, False, False, True, True]])  # True = ignore
+    _, expected = mha(x, x, x, key_padding_mask=key_padding_mask, average_attn_weights=False)
+    mask = from_key_padding_mask(key_padding_mask)
+    assert mask.shape == (2, 1, 1, 5)
+    q, k = F.linear(x, mha.in_proj_weight[:8], mha.in_proj_bias[:8]), F.linear(x, mha.in_proj_weight[8:16], mha.in_proj_bias[8:16])
+    q, k = q.view(2, 5, 2, 4).transpose(1, 2), k.view(2, 5, 2, 4).transpose(1, 2)  # (B, L, H*E) -> (B, H, L, E)
+    weights = masked_softmax(q @ k.transpose(-2, -1) / 2.0, mask)
+    torch.testing.assert_close(weights, expected)
+
+
+def test_from_key_padding_mask_errors_name_the_argument():
+    with pytest.raises(TypeError, match="key_padding_mask must be a boolean tensor"):
+        from_key_padding_mask(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\), got \(3,\)"):
+        from_key_padding_mask(torch.zeros(3, dtype=torch.bool))

@@ -4,6 +4,6 @@
   masked softmax (the normalisation stage).
 """
 
-from attnlab.attention.masking import causal_mask, masked_softmax, padding_mask
+from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 
-__all__ = ["causal_mask", "masked_softmax", "padding_mask"]
+__all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["causal_mask", "masked_softmax", "padding_mask"]
+__all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask"]
 
 
 def causal_mask(
@@ -74,6 +74,31 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     mask = positions[None, :] < lengths[:, None]  # (B, 1) vs (1, S) -> (B, S)
     return mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Convert ``nn.MultiheadAttention``'s ``key_padding_mask`` to the book's convention.
+
+    Defined in the chapter "Preliminaries". ``torch.nn.MultiheadAttention`` marks padding keys
+    with ``True`` (= *ignore*), the opposite of ``scaled_dot_product_attention`` and of this
+    book (``True`` = *takes part*). This is the one place where the convention flips.
+
+    Shapes:
+        key_padding_mask: ``(B, S)`` boolean, ``True`` = padding (ignored).
+        returns: ``(B, 1, 1, S)`` boolean, ``True`` = takes part; broadcasts to ``(B, H, L, S)``.
+
+    Raises:
+        TypeError: ``key_padding_mask`` is not a boolean tensor.
+        ValueError: ``key_padding_mask`` is not 2-D.
+    """
+    if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
+        got = key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__
+        raise TypeError(f"from_key_padding_mask: key_padding_mask must be a boolean tensor (True = ignore), got {got}")
+    if key_padding_mask.dim() != 2:
+        raise ValueError(
+            f"from_key_padding_mask: key_padding_mask must have shape (B, S), got {tuple(key_padding_mask.shape)}"
+        )
+    return ~key_padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S), True = takes part
 
 
 def _check_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
