@@ -9,6 +9,9 @@ from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
 from attnlab.viz import figure_slider, plot_attention
 
+# Subpackages and modules a chapter imports by name: attnlab.data, attnlab.models, attnlab.train.
+from attnlab import data, models, train  # noqa: E402  (after the names they depend on)
+
 __all__ = [
     "causal_mask",
     "check_shape",

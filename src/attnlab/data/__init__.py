@@ -1,0 +1,12 @@
+"""Data generated in the package (no downloads): dates, and copy/reverse sequence tasks.
+
+- ``vocab``: a character vocabulary with padding, start and end tokens, and padded batches.
+- ``dates``: human-readable dates paired with ISO dates, with a held-out split by calendar day.
+- ``sequences``: copy and reverse tasks of controllable length.
+"""
+
+from attnlab.data.dates import DATE_FORMATS, format_date, make_date_pairs
+from attnlab.data.sequences import make_sequence_pairs
+from attnlab.data.vocab import Batch, CharVocab, make_batch
+
+__all__ = ["DATE_FORMATS", "Batch", "CharVocab", "format_date", "make_batch", "make_date_pairs", "make_sequence_pairs"]

@@ -1,0 +1,120 @@
+"""Human-readable dates paired with ISO dates: the translation task of chapters 1, 2 and 6.
+
+Introduced in chapter 1. "september 27, 1994", "27 Sep 1994", "Tue, 27/09/94" and
+"1994年9月27日" all translate to "1994-09-27". The task is small enough to train in seconds on a
+CPU, and its alignments are easy to read: the year digits of the output come from the year of
+the input, wherever the format puts it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable, Sequence
+
+__all__ = ["DATE_FORMATS", "FIRST_DAY", "LAST_DAY", "format_date", "make_date_pairs"]
+
+FIRST_DAY = dt.date(1950, 1, 1)
+LAST_DAY = dt.date(2049, 12, 31)  # two-digit years 50..99 are 19xx, 00..49 are 20xx
+
+_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+           "october", "november", "december"]
+_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+DATE_FORMATS: dict[str, Callable[[dt.date], str]] = {
+    "long": lambda d: f"{_MONTHS[d.month - 1]} {d.day}, {d.year}",  # september 27, 1994
+    "day_month_abbr": lambda d: f"{d.day} {_MONTHS[d.month - 1][:3].title()} {d.year}",  # 27 Sep 1994
+    "weekday_numeric": lambda d: f"{_DAYS[d.weekday()][:3].title()}, {d:%d/%m/%y}",  # Tue, 27/09/94
+    "chinese": lambda d: f"{d.year}年{d.month}月{d.day}日",  # 1994年9月27日
+    "dotted": lambda d: f"{d:%d.%m.%Y}",  # 27.09.1994
+    "us_numeric": lambda d: f"{d:%m/%d/%Y}",  # 09/27/1994
+    "dashed_abbr": lambda d: f"{d.day:02d}-{_MONTHS[d.month - 1][:3]}-{d.year}",  # 27-sep-1994
+    "weekday_long": lambda d: f"{_DAYS[d.weekday()].title()}, {_MONTHS[d.month - 1].title()} {d.day}, {d.year}",
+    "ordinal": lambda d: f"the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",  # the 27th of september 1994
+    "day_month_long": lambda d: f"{d.day} {_MONTHS[d.month - 1]} {d.year}",  # 27 september 1994
+    "short_us": lambda d: f"{_MONTHS[d.month - 1][:3]} {d.day} {d:%y}",  # sep 27 94
+    "compact": lambda d: f"{d:%Y%m%d}",  # 19940927
+}
+
+
+def format_date(day: dt.date, fmt: str) -> str:
+    """Write ``day`` in the surface format ``fmt`` (a key of ``DATE_FORMATS``).
+
+    Raises:
+        TypeError: ``day`` is not a ``datetime.date``.
+        ValueError: ``fmt`` is not a known format name.
+    """
+    if not isinstance(day, dt.date):
+        raise TypeError(f"format_date: day must be a datetime.date, got {type(day).__name__}")
+    if fmt not in DATE_FORMATS:
+        raise ValueError(f"format_date: unknown format {fmt!r}; known formats: {sorted(DATE_FORMATS)}")
+    return DATE_FORMATS[fmt](day)
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"make_date_pairs: {name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"make_date_pairs: {name} must be non-negative, got {value}")
+    return value
+
+
+def make_date_pairs(
+    n_train: int = 45_000,
+    n_test: int = 5_000,
+    *,
+    seed: int = 0,
+    formats: Sequence[str] | None = None,
+    held_out_fraction: float = 0.1,
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Training and held-out ``(human-readable, ISO)`` date pairs.
+
+    Defined in chapter 1. The days from 1950-01-01 to 2049-12-31 are split once, by a fixed
+    rule that does not depend on ``seed``, into training days and held-out days
+    (``held_out_fraction`` of them): no held-out date ever occurs in training, in any format.
+    Each pair then draws a day from its side of the split and a format uniformly.
+
+    Args:
+        n_train, n_test: numbers of pairs.
+        seed: seeds the draw of days and formats (not the split).
+        formats: format names to use (default: all of ``DATE_FORMATS``).
+        held_out_fraction: the share of days kept for the held-out set, in (0, 1).
+
+    Returns:
+        ``(train, test)``: two lists of ``(source, target)`` string pairs.
+
+    Raises:
+        TypeError / ValueError: a count is not a non-negative int, a format is unknown, or the
+        fraction is outside (0, 1).
+    """
+    n_train, n_test = _check_count("n_train", n_train), _check_count("n_test", n_test)
+    formats = list(DATE_FORMATS) if formats is None else list(formats)
+    if not formats:
+        raise ValueError("make_date_pairs: formats must name at least one format")
+    unknown = [f for f in formats if f not in DATE_FORMATS]
+    if unknown:
+        raise ValueError(f"make_date_pairs: unknown formats {unknown}; known formats: {sorted(DATE_FORMATS)}")
+    if not 0.0 < held_out_fraction < 1.0:
+        raise ValueError(f"make_date_pairs: held_out_fraction must be in (0, 1), got {held_out_fraction}")
+
+    days = [FIRST_DAY + dt.timedelta(n) for n in range((LAST_DAY - FIRST_DAY).days + 1)]
+    random.Random(2024).shuffle(days)  # the fixed split: the same for every seed
+    n_held = round(len(days) * held_out_fraction)
+    held_out, training = days[:n_held], days[n_held:]
+
+    rng = random.Random(seed)
+
+    def draw(pool: list[dt.date], n: int) -> list[tuple[str, str]]:
+        pairs = []
+        for _ in range(n):
+            day = rng.choice(pool)
+            pairs.append((format_date(day, rng.choice(formats)), day.isoformat()))
+        return pairs
+
+    return draw(training, n_train), draw(held_out, n_test)

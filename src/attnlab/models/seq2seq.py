@@ -1,0 +1,239 @@
+"""Encoder-decoder (seq2seq) models with a fixed-length context vector.
+
+Introduced in chapter 1, where they show the bottleneck: whatever the length of the source,
+the decoder receives one vector of ``D`` numbers. The choices of that vector follow the lecture
+notes ("before attention"): the encoder's last hidden state, or the mean or the maximum of all
+its hidden states. The *peeky* decoder (Deep Learning from Scratch 2, ch. 7) feeds the context
+to every decoding step instead of only the first.
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` encoder output size
+(``hidden_dim``, doubled when bidirectional), ``V`` vocabulary size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attnlab.data.vocab import CharVocab
+
+__all__ = ["CELLS", "CONTEXTS", "Decoder", "Encoder", "EncoderOutput", "Seq2Seq", "Seq2SeqConfig", "summarize"]
+
+CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
+CONTEXTS = ("last", "mean", "max")
+
+State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """Hyperparameters of a ``Seq2Seq`` model (defined in chapter 1).
+
+    Args:
+        src_vocab_size, tgt_vocab_size: sizes of the two vocabularies (with the 3 special tokens).
+        embed_dim: size of the token embeddings.
+        hidden_dim: size of the recurrent state of encoder and decoder.
+        cell: ``"gru"`` or ``"lstm"``.
+        bidirectional: a bidirectional encoder (its outputs have size ``2 * hidden_dim``).
+        context: how the encoder's states become one vector: ``"last"``, ``"mean"`` or ``"max"``.
+        peeky: feed the context to every decoder step (input and output layer), not only the first.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    embed_dim: int = 32
+    hidden_dim: int = 128
+    cell: str = "gru"
+    bidirectional: bool = False
+    context: str = "last"
+    peeky: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Seq2SeqConfig: {name} must be a positive int, got {value!r}")
+        if self.src_vocab_size < 4 or self.tgt_vocab_size < 4:
+            raise ValueError("Seq2SeqConfig: a vocabulary needs the 3 special tokens and at least one character")
+        if self.cell not in CELLS:
+            raise ValueError(f"Seq2SeqConfig: cell must be one of {tuple(CELLS)}, got {self.cell!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"Seq2SeqConfig: context must be one of {CONTEXTS}, got {self.context!r}")
+
+    @property
+    def encoder_dim(self) -> int:
+        return self.hidden_dim * (2 if self.bidirectional else 1)
+
+
+@dataclass
+class EncoderOutput:
+    """What the encoder hands to the decoder.
+
+    Shapes:
+        hs: ``(B, S, D)``: one state per source position (the matrix ``hs``), zeros on padding.
+        mask: ``(B, S)`` boolean, ``True`` on real source tokens.
+        context: ``(B, D)``: the fixed-length summary the plain decoders receive.
+    """
+
+    hs: torch.Tensor
+    mask: torch.Tensor
+    context: torch.Tensor
+
+
+def summarize(hs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """One context vector per sequence from the encoder's states: ``last``, ``mean`` or ``max``.
+
+    Defined in chapter 1. Padding never counts: the mean divides by the true length and the
+    maximum ignores padded positions.
+
+    Shapes:
+        hs: ``(B, S, D)``; last: ``(B, D)``; mask: ``(B, S)``; returns ``(B, D)``.
+    """
+    if how == "last":
+        return last
+    keep = mask[:, :, None]  # (B, S) -> (B, S, 1)
+    if how == "mean":
+        return (hs * keep).sum(1) / keep.sum(1).clamp_min(1)  # (B, S, D) -> (B, D)
+    if how == "max":
+        return hs.masked_fill(~keep, float("-inf")).amax(1)  # (B, S, D) -> (B, D)
+    raise ValueError(f"summarize: how must be one of {CONTEXTS}, got {how!r}")
+
+
+class Encoder(nn.Module):
+    """Embedding and a recurrent layer (GRU or LSTM, optionally bidirectional).
+
+    Defined in chapter 1. Padded sequences are packed, so the last state of each sequence is
+    the state after its last *real* token, and ``hs`` is zero on padding.
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.src_vocab_size, config.embed_dim, padding_idx=0)
+        self.rnn = CELLS[config.cell](
+            config.embed_dim, config.hidden_dim, batch_first=True, bidirectional=config.bidirectional
+        )
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
+        B, S = src.shape
+        embedded = self.embedding(src)  # (B, S) -> (B, S, E)
+        packed = pack_padded_sequence(embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        outputs, state = self.rnn(packed)
+        hs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=S)  # (B, S, D)
+        h = state[0] if isinstance(state, tuple) else state  # (directions, B, H)
+        # forward direction's last state, and for a bidirectional encoder the backward direction's
+        # state after reading the first token: (directions, B, H) -> (B, D)
+        last = torch.cat([h[0], h[1]], dim=-1) if self.config.bidirectional else h[0]
+        mask = torch.arange(S, device=src.device)[None, :] < src_lengths.to(src.device)[:, None]  # (B, S)
+        return EncoderOutput(hs=hs, mask=mask, context=summarize(hs, last, mask, self.config.context))
+
+
+class Decoder(nn.Module):
+    """A recurrent decoder that sees the source only through the context vector.
+
+    Defined in chapter 1. The context sets the initial state (through a linear layer and
+    ``tanh``). With ``peeky=True`` it is also concatenated to the input of every step and to the
+    input of the output layer.
+
+    Subclasses (the attention decoders of chapter 2) override ``forward``; its third return
+    value is the attention weights ``(B, T, S)``, ``None`` here.
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = config
+        peek = config.encoder_dim if config.peeky else 0
+        self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_dim, padding_idx=0)
+        self.bridge = nn.Linear(config.encoder_dim, config.hidden_dim)
+        self.rnn = CELLS[config.cell](config.embed_dim + peek, config.hidden_dim, batch_first=True)
+        self.out = nn.Linear(config.hidden_dim + peek, config.tgt_vocab_size)
+
+    def init_state(self, memory: EncoderOutput) -> State:
+        h0 = torch.tanh(self.bridge(memory.context))[None]  # (B, D) -> (1, B, H)
+        return (h0, torch.zeros_like(h0)) if self.config.cell == "lstm" else h0
+
+    def forward(
+        self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
+    ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        T = tgt_in.shape[1]
+        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        if self.config.peeky:
+            peek = memory.context[:, None, :].expand(-1, T, -1)  # (B, D) -> (B, T, D)
+            x = torch.cat([x, peek], dim=-1)  # (B, T, E + D)
+        out, state = self.rnn(x, state)  # (B, T, H)
+        if self.config.peeky:
+            out = torch.cat([out, peek], dim=-1)  # (B, T, H + D)
+        return self.out(out), state, None  # logits (B, T, V)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder, then decoder: trained with teacher forcing, decoded greedily.
+
+    Defined in chapter 1. ``decoder`` may be any ``Decoder`` subclass (chapter 2 passes
+    attention decoders).
+    """
+
+    def __init__(self, config: Seq2SeqConfig, decoder: Decoder | None = None):
+        super().__init__()
+        if not isinstance(config, Seq2SeqConfig):
+            raise TypeError(f"Seq2Seq: config must be a Seq2SeqConfig, got {type(config).__name__}")
+        self.config = config
+        self.encoder = Encoder(config)
+        self.decoder = decoder if decoder is not None else Decoder(config)
+
+    @staticmethod
+    def _check_source(src: torch.Tensor, src_lengths: torch.Tensor) -> None:
+        if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype != torch.long:
+            got = f"{src.dtype} of shape {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
+            raise ValueError(f"Seq2Seq: src must be a (B, S) tensor of token ids (torch.long), got {got}")
+        if not isinstance(src_lengths, torch.Tensor) or src_lengths.shape != (src.shape[0],):
+            got = tuple(src_lengths.shape) if isinstance(src_lengths, torch.Tensor) else type(src_lengths).__name__
+            raise ValueError(f"Seq2Seq: src_lengths must have shape ({src.shape[0]},), got {got}")
+        if int(src_lengths.min()) < 1 or int(src_lengths.max()) > src.shape[1]:
+            raise ValueError(f"Seq2Seq: src_lengths must lie in [1, {src.shape[1]}], got {src_lengths.tolist()}")
+
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing: logits ``(B, T, V)`` for every target position, and the attention
+        weights ``(B, T, S)`` (``None`` for decoders without attention)."""
+        self._check_source(src, src_lengths)
+        if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            got = tuple(tgt_in.shape) if isinstance(tgt_in, torch.Tensor) else type(tgt_in).__name__
+            raise ValueError(f"Seq2Seq: tgt_in must have shape ({src.shape[0]}, T), got {got}")
+        memory = self.encoder(src, src_lengths)
+        logits, _, weights = self.decoder(tgt_in, self.decoder.init_state(memory), memory)
+        return logits, weights
+
+    @torch.no_grad()
+    def greedy_decode(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Decode by always taking the most likely next token, for at most ``max_len`` steps.
+
+        Returns:
+            tokens ``(B, T')`` with ``T' <= max_len`` (END included where it was produced;
+            decode each row with ``CharVocab.decode``), and the attention weights
+            ``(B, T', S)`` or ``None``.
+        """
+        self._check_source(src, src_lengths)
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"Seq2Seq.greedy_decode: max_len must be a positive int, got {max_len!r}")
+        memory = self.encoder(src, src_lengths)
+        state = self.decoder.init_state(memory)
+        token = torch.full((src.shape[0], 1), CharVocab.START, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        tokens, weights = [], []
+        for _ in range(max_len):
+            logits, state, w = self.decoder(token, state, memory)  # (B, 1, V)
+            token = logits.argmax(-1)  # (B, 1)
+            tokens.append(token)
+            if w is not None:
+                weights.append(w)
+            done |= token[:, 0] == CharVocab.END
+            if bool(done.all()):
+                break
+        return torch.cat(tokens, dim=1), (torch.cat(weights, dim=1) if weights else None)

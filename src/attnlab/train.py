@@ -1,0 +1,228 @@
+"""Training and evaluating sequence-to-sequence models.
+
+Introduced in chapter 1 and used by every chapter that trains a translator. Training runs for a
+fixed number of steps (never for a fixed time), so that a seeded run gives the same model, and
+the same printed accuracies, every time on the same machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from attnlab.data.vocab import CharVocab, make_batch
+from attnlab.models.seq2seq import Seq2Seq
+
+__all__ = ["EvalResult", "TrainHistory", "accuracy_by_length", "evaluate_seq2seq", "train_seq2seq", "translate"]
+
+Pairs = Sequence[tuple[str, str]]
+
+
+@dataclass
+class EvalResult:
+    """Accuracy of greedy decoding on a set of pairs.
+
+    ``exact_match``: share of pairs whose whole output equals the target.
+    ``token_accuracy``: share of target positions (END included) predicted right.
+    ``correct``: one bool per pair (exact match), in the order of the pairs.
+    ``token_scores``: per pair, the share of its target positions (END included) predicted right.
+    ``predictions``: the decoded outputs.
+    """
+
+    exact_match: float
+    token_accuracy: float
+    correct: list[bool]
+    token_scores: list[float]
+    predictions: list[str]
+
+
+@dataclass
+class TrainHistory:
+    """What happened during training: the loss every step, evaluations every ``eval_every`` steps."""
+
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    evals: list[EvalResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _check_pairs(name: str, pairs: Pairs) -> None:
+    if not isinstance(pairs, Sequence) or len(pairs) == 0:
+        raise ValueError(f"{name}: pairs must be a non-empty sequence of (source, target) strings")
+    first = pairs[0]
+    if not (isinstance(first, tuple) and len(first) == 2 and all(isinstance(x, str) for x in first)):
+        raise TypeError(f"{name}: pairs must hold (source, target) string tuples, got {first!r}")
+
+
+def _check_positive(name: str, **values: float) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{name}: {key} must be a positive number, got {value!r}")
+
+
+@torch.no_grad()
+def evaluate_seq2seq(
+    model: Seq2Seq,
+    pairs: Pairs,
+    src_vocab: CharVocab,
+    tgt_vocab: CharVocab,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 512,
+) -> EvalResult:
+    """Greedy-decode every source and compare with its target (defined in chapter 1).
+
+    Each output may run to the target's length plus one (for END); longer outputs are cut.
+    """
+    _check_pairs("evaluate_seq2seq", pairs)
+    _check_positive("evaluate_seq2seq", batch_size=batch_size)
+    was_training = model.training
+    model.eval()
+    correct, scores, predictions, right_tokens, total_tokens = [], [], [], 0, 0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        batch = make_batch(chunk, src_vocab, tgt_vocab, device)
+        T = batch.tgt_out.shape[1]
+        tokens, _ = model.greedy_decode(batch.src, batch.src_lengths, max_len=T)
+        padded = torch.full_like(batch.tgt_out, -1)
+        padded[:, : tokens.shape[1]] = tokens  # (B, T') -> (B, T), -1 where decoding stopped early
+        real = batch.tgt_out != CharVocab.PAD  # target positions, END included
+        right = ((padded == batch.tgt_out) & real).sum(1)  # (B,)
+        right_tokens += int(right.sum())
+        total_tokens += int(real.sum())
+        scores += (right / real.sum(1)).tolist()
+        for row, (_, target) in zip(tokens, chunk):
+            text = tgt_vocab.decode(row)
+            predictions.append(text)
+            correct.append(text == target)
+    model.train(was_training)
+    return EvalResult(
+        exact_match=sum(correct) / len(correct),
+        token_accuracy=right_tokens / total_tokens,
+        correct=correct,
+        token_scores=scores,
+        predictions=predictions,
+    )
+
+
+def accuracy_by_length(pairs: Pairs, result: EvalResult) -> dict[int, tuple[float, float]]:
+    """Exact match and token accuracy for each source length (defined in chapter 1).
+
+    Returns:
+        ``{length: (exact_match, token_accuracy)}``, sorted by length; the token accuracy of a
+        length is the mean of its pairs' ``token_scores``.
+    """
+    if len(pairs) != len(result.correct):
+        raise ValueError(f"accuracy_by_length: {len(pairs)} pairs but {len(result.correct)} results")
+    groups: dict[int, list[int]] = {}
+    for i, (source, _) in enumerate(pairs):
+        groups.setdefault(len(source), []).append(i)
+    return {
+        n: (sum(result.correct[i] for i in idx) / len(idx), sum(result.token_scores[i] for i in idx) / len(idx))
+        for n, idx in sorted(groups.items())
+    }
+
+
+def _epoch_batches(pairs: Pairs, batch_size: int, bucket: bool, generator: torch.Generator) -> list[list[int]]:
+    """One epoch of batches (lists of indices), shuffled; similar source lengths together if ``bucket``."""
+    order = torch.randperm(len(pairs), generator=generator).tolist()
+    if bucket:
+        pool = 50 * batch_size
+        order = [i for start in range(0, len(order), pool)
+                 for i in sorted(order[start : start + pool], key=lambda i: len(pairs[i][0]))]
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffled]
+
+
+def train_seq2seq(
+    model: Seq2Seq,
+    train_pairs: Pairs,
+    src_vocab: CharVocab,
+    tgt_vocab: CharVocab,
+    *,
+    steps: int,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    clip: float = 1.0,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    eval_pairs: Pairs | None = None,
+    eval_every: int | None = None,
+    bucket: bool = True,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """Train ``model`` with Adam and teacher forcing for ``steps`` mini-batches.
+
+    Defined in chapter 1. Batches are drawn from ``train_pairs`` in a shuffled order that
+    depends only on ``seed``; the loss is the cross-entropy over the real target tokens
+    (padding ignored); gradients are clipped to norm ``clip``. If ``eval_pairs`` is given, the
+    model is evaluated every ``eval_every`` steps and after the last step.
+
+    With ``bucket=True`` each batch holds sources of similar length (pools of 50 batches are
+    sorted by source length, cut into batches, and the batches shuffled): a batch is padded to
+    its longest source, so mixing lengths 5 and 100 would make every step cost 100 steps of
+    the recurrent layers.
+
+    Returns:
+        A ``TrainHistory``; its ``seconds`` field is the wall time spent (for reporting only).
+    """
+    _check_pairs("train_seq2seq", train_pairs)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"train_seq2seq: steps must be a positive int, got {steps!r}")
+    _check_positive("train_seq2seq", batch_size=batch_size, lr=lr, clip=clip)
+    if eval_pairs is not None:
+        _check_pairs("train_seq2seq (eval_pairs)", eval_pairs)
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"train_seq2seq: eval_every must be a positive int or None, got {eval_every!r}")
+
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=CharVocab.PAD)
+    generator = torch.Generator().manual_seed(seed)
+    history = TrainHistory()
+    order: list[list[int]] = []
+    started = time.perf_counter()
+    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        if not order:
+            order = _epoch_batches(train_pairs, batch_size, bucket, generator)
+        index = order.pop()
+        batch = make_batch([train_pairs[i] for i in index], src_vocab, tgt_vocab, device)
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        loss = loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * T, V) vs (B * T,)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        history.steps.append(step)
+        history.loss.append(loss.item())
+        if eval_pairs is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            result = evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab, device=device)
+            history.eval_steps.append(step)
+            history.evals.append(result)
+            bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{result.exact_match:.3f}")
+    history.seconds = time.perf_counter() - started
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def translate(
+    model: Seq2Seq, source: str, src_vocab: CharVocab, tgt_vocab: CharVocab, *, max_len: int = 32,
+    device: torch.device | str = "cpu",
+) -> str:
+    """Greedy translation of one string (defined in chapter 1; used by the chapters' widgets)."""
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"translate: source must be a non-empty string, got {source!r}")
+    model.eval()
+    src = torch.tensor([src_vocab.encode(source)], device=device)
+    tokens, _ = model.greedy_decode(src, torch.tensor([len(source)], device=device), max_len=max_len)
+    return tgt_vocab.decode(tokens[0])
