@@ -5,7 +5,16 @@ import datetime as dt
 import pytest
 import torch
 
-from attnlab.data import DATE_FORMATS, CharVocab, format_date, make_batch, make_date_pairs, make_sequence_pairs
+from attnlab.data import (
+    DATE_FORMATS,
+    CharVocab,
+    date_spans,
+    detect_format,
+    format_date,
+    make_batch,
+    make_date_pairs,
+    make_sequence_pairs,
+)
 
 
 def test_there_are_at_least_ten_date_formats_and_each_is_distinct():
@@ -153,3 +162,26 @@ def test_make_batch_errors():
         make_batch([], vocab, vocab)
     with pytest.raises(ValueError, match="every source must have at least one character"):
         make_batch([("", "a")], vocab, vocab)
+
+
+def test_date_spans_locate_year_month_and_day_in_every_format():
+    day = dt.date(2003, 11, 5)
+    for name in DATE_FORMATS:
+        text = format_date(day, name)
+        spans = date_spans(day, name)
+        assert set(spans) == {"year", "month", "day"}
+        year, month, dayp = (text[a:b] for a, b in (spans["year"], spans["month"], spans["day"]))
+        assert year in ("2003", "03"), (name, year)
+        assert month.lower() in ("11", "nov", "november"), (name, month)
+        assert dayp in ("5", "05", "5th"), (name, dayp)
+        starts = sorted(a for a, _ in spans.values())
+        ends = sorted(b for _, b in spans.values())
+        assert all(e <= s for e, s in zip(ends, starts[1:])), f"{name}: spans overlap"
+
+
+def test_detect_format_recovers_the_format():
+    day = dt.date(1977, 2, 8)
+    for name in DATE_FORMATS:
+        assert detect_format(format_date(day, name), day.isoformat()) == name
+    with pytest.raises(ValueError, match="is not 1977-02-08 in any known format"):
+        detect_format("8 2 1977", "1977-02-08")

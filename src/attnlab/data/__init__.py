@@ -5,8 +5,18 @@
 - ``sequences``: copy and reverse tasks of controllable length.
 """
 
-from attnlab.data.dates import DATE_FORMATS, format_date, make_date_pairs
+from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
 from attnlab.data.sequences import make_sequence_pairs
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
-__all__ = ["DATE_FORMATS", "Batch", "CharVocab", "format_date", "make_batch", "make_date_pairs", "make_sequence_pairs"]
+__all__ = [
+    "DATE_FORMATS",
+    "Batch",
+    "CharVocab",
+    "date_spans",
+    "detect_format",
+    "format_date",
+    "make_batch",
+    "make_date_pairs",
+    "make_sequence_pairs",
+]

@@ -12,7 +12,7 @@ import datetime as dt
 import random
 from collections.abc import Callable, Sequence
 
-__all__ = ["DATE_FORMATS", "FIRST_DAY", "LAST_DAY", "format_date", "make_date_pairs"]
+__all__ = ["DATE_FORMATS", "FIRST_DAY", "LAST_DAY", "date_spans", "detect_format", "format_date", "make_date_pairs"]
 
 FIRST_DAY = dt.date(1950, 1, 1)
 LAST_DAY = dt.date(2049, 12, 31)  # two-digit years 50..99 are 19xx, 00..49 are 20xx
@@ -27,19 +27,54 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+Part = tuple[str, str]  # (label, text): label is "year", "month", "day", "weekday" or "" for punctuation
+
+
+def _y(d: dt.date) -> Part:
+    return ("year", str(d.year))
+
+
+def _m(text: str) -> Part:
+    return ("month", text)
+
+
+def _d(text: str) -> Part:
+    return ("day", text)
+
+
+def _w(text: str) -> Part:
+    return ("weekday", text)
+
+
+def _s(text: str) -> Part:
+    return ("", text)
+
+
+def _month_name(d: dt.date) -> str:
+    return _MONTHS[d.month - 1]
+
+
+# Each format writes a date as labelled parts, so that the source span of the year, the month and
+# the day is known exactly (chapter 2 checks where attention looks). The comment shows 1994-09-27.
+_FORMAT_PARTS: dict[str, Callable[[dt.date], list[Part]]] = {
+    "long": lambda d: [_m(_month_name(d)), _s(" "), _d(str(d.day)), _s(", "), _y(d)],  # september 27, 1994
+    "day_month_abbr": lambda d: [_d(str(d.day)), _s(" "), _m(_month_name(d)[:3].title()), _s(" "), _y(d)],
+    "weekday_numeric": lambda d: [_w(_DAYS[d.weekday()][:3].title()), _s(", "), _d(f"{d.day:02d}"), _s("/"),
+                                  _m(f"{d.month:02d}"), _s("/"), ("year", f"{d:%y}")],  # Tue, 27/09/94
+    "chinese": lambda d: [_y(d), _s("年"), _m(str(d.month)), _s("月"), _d(str(d.day)), _s("日")],  # 1994年9月27日
+    "dotted": lambda d: [_d(f"{d.day:02d}"), _s("."), _m(f"{d.month:02d}"), _s("."), _y(d)],  # 27.09.1994
+    "us_numeric": lambda d: [_m(f"{d.month:02d}"), _s("/"), _d(f"{d.day:02d}"), _s("/"), _y(d)],  # 09/27/1994
+    "dashed_abbr": lambda d: [_d(f"{d.day:02d}"), _s("-"), _m(_month_name(d)[:3]), _s("-"), _y(d)],  # 27-sep-1994
+    "weekday_long": lambda d: [_w(_DAYS[d.weekday()].title()), _s(", "), _m(_month_name(d).title()), _s(" "),
+                               _d(str(d.day)), _s(", "), _y(d)],  # Tuesday, September 27, 1994
+    "ordinal": lambda d: [_s("the "), _d(_ordinal(d.day)), _s(" of "), _m(_month_name(d)), _s(" "), _y(d)],
+    "day_month_long": lambda d: [_d(str(d.day)), _s(" "), _m(_month_name(d)), _s(" "), _y(d)],  # 27 september 1994
+    "short_us": lambda d: [_m(_month_name(d)[:3]), _s(" "), _d(str(d.day)), _s(" "), ("year", f"{d:%y}")],
+    "compact": lambda d: [_y(d), _m(f"{d.month:02d}"), _d(f"{d.day:02d}")],  # 19940927
+}
+
 DATE_FORMATS: dict[str, Callable[[dt.date], str]] = {
-    "long": lambda d: f"{_MONTHS[d.month - 1]} {d.day}, {d.year}",  # september 27, 1994
-    "day_month_abbr": lambda d: f"{d.day} {_MONTHS[d.month - 1][:3].title()} {d.year}",  # 27 Sep 1994
-    "weekday_numeric": lambda d: f"{_DAYS[d.weekday()][:3].title()}, {d:%d/%m/%y}",  # Tue, 27/09/94
-    "chinese": lambda d: f"{d.year}年{d.month}月{d.day}日",  # 1994年9月27日
-    "dotted": lambda d: f"{d:%d.%m.%Y}",  # 27.09.1994
-    "us_numeric": lambda d: f"{d:%m/%d/%Y}",  # 09/27/1994
-    "dashed_abbr": lambda d: f"{d.day:02d}-{_MONTHS[d.month - 1][:3]}-{d.year}",  # 27-sep-1994
-    "weekday_long": lambda d: f"{_DAYS[d.weekday()].title()}, {_MONTHS[d.month - 1].title()} {d.day}, {d.year}",
-    "ordinal": lambda d: f"the {_ordinal(d.day)} of {_MONTHS[d.month - 1]} {d.year}",  # the 27th of september 1994
-    "day_month_long": lambda d: f"{d.day} {_MONTHS[d.month - 1]} {d.year}",  # 27 september 1994
-    "short_us": lambda d: f"{_MONTHS[d.month - 1][:3]} {d.day} {d:%y}",  # sep 27 94
-    "compact": lambda d: f"{d:%Y%m%d}",  # 19940927
+    name: (lambda d, parts=parts: "".join(text for _, text in parts(d))) for name, parts in _FORMAT_PARTS.items()
 }
 
 
@@ -55,6 +90,30 @@ def format_date(day: dt.date, fmt: str) -> str:
     if fmt not in DATE_FORMATS:
         raise ValueError(f"format_date: unknown format {fmt!r}; known formats: {sorted(DATE_FORMATS)}")
     return DATE_FORMATS[fmt](day)
+
+
+def date_spans(day: dt.date, fmt: str) -> dict[str, tuple[int, int]]:
+    """Where the year, the month and the day stand in ``format_date(day, fmt)``.
+
+    Defined in chapter 2, to check alignments. Spans are ``(start, end)`` character indices,
+    end excluded: for ``"27 Sep 1994"``, the year is ``(7, 11)``.
+    """
+    format_date(day, fmt)  # the same argument checks
+    spans, position = {}, 0
+    for label, text in _FORMAT_PARTS[fmt](day):
+        if label in ("year", "month", "day"):
+            spans[label] = (position, position + len(text))
+        position += len(text)
+    return spans
+
+
+def detect_format(source: str, target: str) -> str:
+    """The name of the format in which ``source`` writes the ISO date ``target`` (chapters 1, 2)."""
+    day = dt.date.fromisoformat(target)
+    for name in DATE_FORMATS:
+        if format_date(day, name) == source:
+            return name
+    raise ValueError(f"detect_format: {source!r} is not {target} in any known format")
 
 
 def _check_count(name: str, value: object) -> int:

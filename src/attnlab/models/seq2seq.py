@@ -18,9 +18,23 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnlab.attention.masking import masked_softmax
+from attnlab.attention.scoring import SCORES, make_score
 from attnlab.data.vocab import CharVocab
 
-__all__ = ["CELLS", "CONTEXTS", "Decoder", "Encoder", "EncoderOutput", "Seq2Seq", "Seq2SeqConfig", "summarize"]
+__all__ = [
+    "AttentionDecoder",
+    "BahdanauDecoder",
+    "CELLS",
+    "CONTEXTS",
+    "Decoder",
+    "Encoder",
+    "EncoderOutput",
+    "LuongDecoder",
+    "Seq2Seq",
+    "Seq2SeqConfig",
+    "summarize",
+]
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 CONTEXTS = ("last", "mean", "max")
@@ -145,11 +159,16 @@ class Decoder(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         self.config = config
-        peek = config.encoder_dim if config.peeky else 0
+        extra_input, extra_output = self._extra_dims()
         self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_dim, padding_idx=0)
         self.bridge = nn.Linear(config.encoder_dim, config.hidden_dim)
-        self.rnn = CELLS[config.cell](config.embed_dim + peek, config.hidden_dim, batch_first=True)
-        self.out = nn.Linear(config.hidden_dim + peek, config.tgt_vocab_size)
+        self.rnn = CELLS[config.cell](config.embed_dim + extra_input, config.hidden_dim, batch_first=True)
+        self.out = nn.Linear(config.hidden_dim + extra_output, config.tgt_vocab_size)
+
+    def _extra_dims(self) -> tuple[int, int]:
+        """Sizes added to the recurrent layer's input and to the output layer's input."""
+        peek = self.config.encoder_dim if self.config.peeky else 0
+        return peek, peek
 
     def init_state(self, memory: EncoderOutput) -> State:
         h0 = torch.tanh(self.bridge(memory.context))[None]  # (B, D) -> (1, B, H)
@@ -167,6 +186,103 @@ class Decoder(nn.Module):
         if self.config.peeky:
             out = torch.cat([out, peek], dim=-1)  # (B, T, H + D)
         return self.out(out), state, None  # logits (B, T, V)
+
+
+def _query_state(state: State) -> torch.Tensor:
+    """The decoder's current hidden state as a query: (1, B, H) -> (B, 1, H)."""
+    h = state[0] if isinstance(state, tuple) else state
+    return h[-1][:, None, :]
+
+
+class AttentionDecoder(Decoder):
+    """What the attention decoders share: a score module over the encoder states (chapter 2).
+
+    Subclasses set ``default_score`` and implement ``forward``, returning the attention weights
+    ``(B, T, S)`` as its third value.
+    """
+
+    default_score = "general"
+
+    def __init__(self, config: Seq2SeqConfig, score: str | None = None, attention_dim: int = 64):
+        if config.peeky:
+            raise ValueError(f"{type(self).__name__}: config.peeky must be False; attention replaces the peek")
+        super().__init__(config)
+        self.score = make_score(score or self.default_score, config.hidden_dim, config.encoder_dim, attention_dim)
+
+
+class BahdanauDecoder(AttentionDecoder):
+    r"""Attention decoder of Bahdanau et al. (2015): attend first, then step the RNN.
+
+    Defined in chapter 2. At step ``t`` the previous state :math:`s_{t-1}` queries the encoder
+    states ``hs``; the context :math:`c_t = \sum_s \alpha_{ts} h_s` joins the input of the step,
+    :math:`s_t = g([y_{t-1}; c_t], s_{t-1})`, and the output layer reads :math:`[s_t; c_t]`.
+    Because each query needs the previous step's state, the steps run one after the other,
+    in training too.
+
+    Args:
+        config: the model's configuration (``peeky`` must be False: attention replaces it).
+        score: a score name (``"additive"`` by default, as in the paper; see ``SCORES``).
+        attention_dim: hidden size of the additive and concat scores.
+    """
+
+    default_score = "additive"
+
+    def _extra_dims(self) -> tuple[int, int]:
+        return self.config.encoder_dim, self.config.encoder_dim
+
+    def forward(
+        self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
+    ) -> tuple[torch.Tensor, State, torch.Tensor]:
+        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        mask = memory.mask[:, None, :]  # (B, S) -> (B, 1, S): padding takes no part
+        outputs, all_weights = [], []
+        for t in range(tgt_in.shape[1]):
+            scores = self.score(_query_state(state), memory.hs)  # (B, 1, H), (B, S, D) -> (B, 1, S)
+            weights = masked_softmax(scores, mask)  # (B, 1, S)
+            context = weights @ memory.hs  # (B, 1, S) @ (B, S, D) -> (B, 1, D)
+            step_input = torch.cat([x[:, t : t + 1], context], dim=-1)  # (B, 1, E + D)
+            out, state = self.rnn(step_input, state)  # (B, 1, H)
+            outputs.append(torch.cat([out, context], dim=-1))  # (B, 1, H + D)
+            all_weights.append(weights)
+        logits = self.out(torch.cat(outputs, dim=1))  # (B, T, H + D) -> (B, T, V)
+        return logits, state, torch.cat(all_weights, dim=1)  # weights (B, T, S)
+
+
+class LuongDecoder(AttentionDecoder):
+    r"""Global attention decoder of Luong et al. (2015): step the RNN, then attend.
+
+    Defined in chapter 2. The new state :math:`h_t` queries the encoder states; the context
+    :math:`c_t` and :math:`h_t` make the attentional state
+    :math:`\tilde h_t = \tanh(W_c [c_t; h_t])`, and :math:`p(y_t) = \mathrm{softmax}(W_s \tilde h_t)`.
+    Attention does not feed back into the RNN here (the paper's optional "input feeding" is left
+    out), so with teacher forcing all steps run at once: one recurrent pass, then one batched
+    attention over every target position.
+
+    Args:
+        config: the model's configuration (``peeky`` must be False).
+        score: a score name (``"general"`` by default, the paper's best for global attention).
+        attention_dim: hidden size of the additive and concat scores.
+    """
+
+    default_score = "general"
+
+    def __init__(self, config: Seq2SeqConfig, score: str | None = None, attention_dim: int = 64):
+        super().__init__(config, score, attention_dim)
+        self.combine = nn.Linear(config.encoder_dim + config.hidden_dim, config.hidden_dim, bias=False)
+
+    def _extra_dims(self) -> tuple[int, int]:
+        return 0, 0
+
+    def forward(
+        self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
+    ) -> tuple[torch.Tensor, State, torch.Tensor]:
+        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        h, state = self.rnn(x, state)  # (B, T, H): every target position at once
+        scores = self.score(h, memory.hs)  # (B, T, H), (B, S, D) -> (B, T, S)
+        weights = masked_softmax(scores, memory.mask[:, None, :])  # (B, T, S)
+        context = weights @ memory.hs  # (B, T, S) @ (B, S, D) -> (B, T, D)
+        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
+        return self.out(attentional), state, weights
 
 
 class Seq2Seq(nn.Module):

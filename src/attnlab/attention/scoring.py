@@ -1,0 +1,130 @@
+"""Score functions: the first of the three stages of attention, score(query, key).
+
+Introduced in chapter 2 (alignment). Every score function here is a module with the same
+interface: ``score(query, keys)`` takes queries ``(B, L, Dq)`` and keys ``(B, S, Dk)`` and returns
+one score per query and key, ``(B, L, S)``. The normalisation (a masked softmax) and the
+weighted sum are separate stages.
+
+- ``DotScore``: :math:`q^\\top k` (Luong "dot"); needs ``Dq == Dk``.
+- ``GeneralScore``: :math:`q^\\top W k` (Luong "general", bilinear).
+- ``AdditiveScore``: :math:`v^\\top \\tanh(W_q q + W_k k)` (Bahdanau; also called MLP attention).
+- ``ConcatScore``: :math:`v^\\top \\tanh(W [q; k])` (Luong "concat"): the additive score written with
+  one matrix over the concatenation, computed literally.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["SCORES", "AdditiveScore", "ConcatScore", "DotScore", "GeneralScore", "Score", "make_score"]
+
+
+class Score(nn.Module):
+    """Base class: checks the shapes, then calls ``_score`` (defined in chapter 2).
+
+    Shapes:
+        query: ``(B, L, Dq)``; keys: ``(B, S, Dk)``; returns ``(B, L, S)``.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__()
+        for name, value in (("query_dim", query_dim), ("key_dim", key_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {value!r}")
+        self.query_dim, self.key_dim = query_dim, key_dim
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        name = type(self).__name__
+        if not isinstance(query, torch.Tensor) or query.dim() != 3 or query.shape[-1] != self.query_dim:
+            got = tuple(query.shape) if isinstance(query, torch.Tensor) else type(query).__name__
+            raise ValueError(f"{name}: query must have shape (B, L, {self.query_dim}), got {got}")
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 3 or keys.shape[-1] != self.key_dim:
+            got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
+            raise ValueError(f"{name}: keys must have shape (B, S, {self.key_dim}), got {got}")
+        if query.shape[0] != keys.shape[0]:
+            raise ValueError(f"{name}: query and keys must have the same batch size, got {query.shape[0]} and {keys.shape[0]}")
+        return self._score(query, keys)
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class DotScore(Score):
+    """:math:`\\mathrm{score}(q, k) = q^\\top k` (Luong et al. 2015, "dot"); no parameters."""
+
+    def __init__(self, query_dim: int, key_dim: int | None = None):
+        key_dim = query_dim if key_dim is None else key_dim
+        super().__init__(query_dim, key_dim)
+        if query_dim != key_dim:
+            raise ValueError(f"DotScore: query_dim and key_dim must be equal, got {query_dim} and {key_dim}")
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ keys.transpose(1, 2)  # (B, L, D) @ (B, D, S) -> (B, L, S)
+
+
+class GeneralScore(Score):
+    """:math:`\\mathrm{score}(q, k) = q^\\top W k` (Luong et al. 2015, "general"): a learned bilinear form."""
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__(query_dim, key_dim)
+        self.W = nn.Linear(key_dim, query_dim, bias=False)
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ self.W(keys).transpose(1, 2)  # (B, L, Dq) @ (B, Dq, S) -> (B, L, S)
+
+
+class AdditiveScore(Score):
+    """:math:`\\mathrm{score}(q, k) = v^\\top \\tanh(W_q q + W_k k)` (Bahdanau et al. 2015).
+
+    A one-hidden-layer network of ``attention_dim`` units compares query and key. The key
+    projections do not depend on the query, so they are computed once per source.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 64):
+        super().__init__(query_dim, key_dim)
+        self.W_q = nn.Linear(query_dim, attention_dim, bias=False)
+        self.W_k = nn.Linear(key_dim, attention_dim, bias=True)
+        self.v = nn.Linear(attention_dim, 1, bias=False)
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q = self.W_q(query)[:, :, None, :]  # (B, L, A) -> (B, L, 1, A)
+        k = self.W_k(keys)[:, None, :, :]  # (B, S, A) -> (B, 1, S, A)
+        return self.v(torch.tanh(q + k)).squeeze(-1)  # (B, L, S, A) -> (B, L, S)
+
+
+class ConcatScore(Score):
+    """:math:`\\mathrm{score}(q, k) = v^\\top \\tanh(W [q; k])` (Luong et al. 2015, "concat").
+
+    Computed literally: every (query, key) pair is concatenated, shape ``(B, L, S, Dq + Dk)``.
+    Splitting ``W = [W_q, W_k]`` shows it is the additive score; ``AdditiveScore`` computes the
+    same thing without building the ``(B, L, S, Dq + Dk)`` tensor.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 64):
+        super().__init__(query_dim, key_dim)
+        self.W = nn.Linear(query_dim + key_dim, attention_dim, bias=True)
+        self.v = nn.Linear(attention_dim, 1, bias=False)
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        B, L, S = query.shape[0], query.shape[1], keys.shape[1]
+        q = query[:, :, None, :].expand(B, L, S, -1)  # (B, L, Dq) -> (B, L, S, Dq)
+        k = keys[:, None, :, :].expand(B, L, S, -1)  # (B, S, Dk) -> (B, L, S, Dk)
+        pairs = torch.cat([q, k], dim=-1)  # (B, L, S, Dq + Dk)
+        return self.v(torch.tanh(self.W(pairs))).squeeze(-1)  # (B, L, S)
+
+
+SCORES = ("dot", "general", "additive", "concat")
+
+
+def make_score(name: str, query_dim: int, key_dim: int, attention_dim: int = 64) -> Score:
+    """The score module called ``name`` (one of ``SCORES``), for the given sizes (chapter 2)."""
+    if name == "dot":
+        return DotScore(query_dim, key_dim)
+    if name == "general":
+        return GeneralScore(query_dim, key_dim)
+    if name == "additive":
+        return AdditiveScore(query_dim, key_dim, attention_dim)
+    if name == "concat":
+        return ConcatScore(query_dim, key_dim, attention_dim)
+    raise ValueError(f"make_score: name must be one of {SCORES}, got {name!r}")
