@@ -2,22 +2,41 @@
 
 - ``masking``: the mask convention (True = takes part), causal and padding masks, and the
   masked softmax (the normalisation stage).
-- ``scoring``: score functions (the first stage): dot, general, additive, concat.
+- ``scoring``: score functions (the first stage): dot, scaled dot, cosine, general, additive, concat.
+- ``core``: the three stages as one function, and scaled dot-product attention with PyTorch's
+  signature (naive and fast backends).
 """
 
-from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
-from attnlab.attention.scoring import SCORES, AdditiveScore, ConcatScore, DotScore, GeneralScore, Score, make_score
+from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
+from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
+from attnlab.attention.scoring import (
+    SCORES,
+    AdditiveScore,
+    ConcatScore,
+    CosineScore,
+    DotScore,
+    GeneralScore,
+    ScaledDotScore,
+    Score,
+    make_score,
+)
 
 __all__ = [
+    "BACKENDS",
     "SCORES",
     "AdditiveScore",
     "ConcatScore",
+    "CosineScore",
     "DotScore",
     "GeneralScore",
+    "ScaledDotScore",
     "Score",
+    "attention",
     "causal_mask",
     "from_key_padding_mask",
     "make_score",
     "masked_softmax",
     "padding_mask",
+    "scaled_dot_product_attention",
+    "to_float_mask",
 ]

@@ -13,27 +13,32 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask"]
+__all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask", "to_float_mask"]
 
 
 def causal_mask(
     num_queries: int,
     num_keys: int | None = None,
     *,
+    align: str = "top-left",
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Boolean mask of shape ``(L, S)`` letting query ``i`` attend to keys ``j <= i``.
+    """Boolean mask of shape ``(L, S)`` letting each query attend only to keys not after it.
 
     Defined in the chapter "Preliminaries". When ``L == S`` this is the lower triangle
-    including the diagonal. When ``L != S`` the triangle is aligned at the top-left corner,
-    as ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` does
-    (``torch.ones(L, S).tril()``): query ``i`` sees keys ``0..i``.
+    including the diagonal. When ``L != S`` the alignment of the triangle must be chosen:
+
+    - ``align="top-left"`` (default): query ``i`` sees keys ``0..i``, as
+      ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` does
+      (``torch.ones(L, S).tril()``).
+    - ``align="bottom-right"``: the *last* query sees every key, query ``i`` sees keys
+      ``0..i + S - L``; this is what decoding with a cache of ``S - L`` earlier keys needs.
 
     Shapes:
         returns: ``(L, S)``, dtype ``torch.bool``; ``True`` = takes part.
 
     Raises:
-        TypeError / ValueError: a length is not a positive integer.
+        TypeError / ValueError: a length is not a positive integer, or ``align`` is unknown.
     """
     num_keys = num_queries if num_keys is None else num_keys
     for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
@@ -41,7 +46,27 @@ def causal_mask(
             raise TypeError(f"causal_mask: {name} must be an int, got {type(value).__name__}")
         if value < 1:
             raise ValueError(f"causal_mask: {name} must be at least 1, got {value}")
-    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
+    if align not in ("top-left", "bottom-right"):
+        raise ValueError(f"causal_mask: align must be 'top-left' or 'bottom-right', got {align!r}")
+    offset = 0 if align == "top-left" else num_keys - num_queries
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def to_float_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The additive form of a boolean mask: 0 where a key takes part, ``-inf`` where it does not.
+
+    Defined in chapter 3. Adding the result to the scores has the same effect as the boolean
+    mask; float masks can also hold finite biases (soft preferences).
+
+    Raises:
+        TypeError: ``mask`` is not boolean, or ``dtype`` is not a floating dtype.
+    """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"to_float_mask: mask must be a boolean tensor (True = takes part), got {got}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"to_float_mask: dtype must be a floating torch.dtype, got {dtype!r}")
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:

@@ -6,6 +6,8 @@ one score per query and key, ``(B, L, S)``. The normalisation (a masked softmax)
 weighted sum are separate stages.
 
 - ``DotScore``: :math:`q^\\top k` (Luong "dot"); needs ``Dq == Dk``.
+- ``ScaledDotScore``: :math:`q^\\top k / \\sqrt{d}` (Vaswani et al. 2017); needs ``Dq == Dk``.
+- ``CosineScore``: :math:`\\cos(q, k)` times a scale; needs ``Dq == Dk``.
 - ``GeneralScore``: :math:`q^\\top W k` (Luong "general", bilinear).
 - ``AdditiveScore``: :math:`v^\\top \\tanh(W_q q + W_k k)` (Bahdanau; also called MLP attention).
 - ``ConcatScore``: :math:`v^\\top \\tanh(W [q; k])` (Luong "concat"): the additive score written with
@@ -14,10 +16,22 @@ weighted sum are separate stages.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-__all__ = ["SCORES", "AdditiveScore", "ConcatScore", "DotScore", "GeneralScore", "Score", "make_score"]
+__all__ = [
+    "SCORES",
+    "AdditiveScore",
+    "ConcatScore",
+    "CosineScore",
+    "DotScore",
+    "GeneralScore",
+    "ScaledDotScore",
+    "Score",
+    "make_score",
+]
 
 
 class Score(nn.Module):
@@ -61,6 +75,36 @@ class DotScore(Score):
 
     def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return query @ keys.transpose(1, 2)  # (B, L, D) @ (B, D, S) -> (B, L, S)
+
+
+class ScaledDotScore(DotScore):
+    """:math:`\\mathrm{score}(q, k) = q^\\top k / \\sqrt{d}` (Vaswani et al. 2017); no parameters.
+
+    Dividing by :math:`\\sqrt{d}` keeps the variance of the scores near one when the entries of
+    ``q`` and ``k`` have unit variance, so the softmax does not saturate as ``d`` grows (chapter 3).
+    """
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return super()._score(query, keys) / math.sqrt(self.query_dim)  # (B, L, S)
+
+
+class CosineScore(DotScore):
+    """:math:`\\mathrm{score}(q, k) = s \\cdot q^\\top k / (\\lVert q \\rVert \\lVert k \\rVert)`: similarity of direction only.
+
+    Cosine scores lie in ``[-s, s]``; with ``scale=1`` the softmax over them can never be peaked,
+    so a scale (a fixed inverse temperature, 10 by default) is part of the score.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int | None = None, scale: float = 10.0):
+        super().__init__(query_dim, key_dim)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
+            raise ValueError(f"CosineScore: scale must be a positive number, got {scale!r}")
+        self.scale = float(scale)
+
+    def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q = torch.nn.functional.normalize(query, dim=-1)  # (B, L, D), unit length
+        k = torch.nn.functional.normalize(keys, dim=-1)  # (B, S, D), unit length
+        return self.scale * (q @ k.transpose(1, 2))  # (B, L, S)
 
 
 class GeneralScore(Score):
@@ -114,13 +158,17 @@ class ConcatScore(Score):
         return self.v(torch.tanh(self.W(pairs))).squeeze(-1)  # (B, L, S)
 
 
-SCORES = ("dot", "general", "additive", "concat")
+SCORES = ("dot", "scaled_dot", "cosine", "general", "additive", "concat")
 
 
 def make_score(name: str, query_dim: int, key_dim: int, attention_dim: int = 64) -> Score:
     """The score module called ``name`` (one of ``SCORES``), for the given sizes (chapter 2)."""
     if name == "dot":
         return DotScore(query_dim, key_dim)
+    if name == "scaled_dot":
+        return ScaledDotScore(query_dim, key_dim)
+    if name == "cosine":
+        return CosineScore(query_dim, key_dim)
     if name == "general":
         return GeneralScore(query_dim, key_dim)
     if name == "additive":

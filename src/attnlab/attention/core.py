@@ -1,0 +1,194 @@
+"""Attention as three stages, and scaled dot-product attention with PyTorch's signature.
+
+Introduced in chapter 3. ``attention`` is the definition of the lecture notes written out:
+scores, normalisation, weighted sum, with the weights returned. ``scaled_dot_product_attention``
+has the signature of ``torch.nn.functional.scaled_dot_product_attention`` and two backends:
+
+- ``"naive"`` mirrors the reference implementation in PyTorch's documentation line by line
+  (and keeps the full ``(..., L, S)`` weight matrix in memory);
+- ``"fast"`` calls PyTorch's fused kernel.
+
+Both follow the book's conventions: boolean masks are ``True`` where a key takes part, float
+masks are added, and a query whose keys are all masked gets a zero output (never NaN).
+
+Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``, weights
+``(..., L, S)``, output ``(..., L, Ev)``; ``...`` is typically ``(B, H)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.attention.masking import masked_softmax
+
+__all__ = ["BACKENDS", "attention", "scaled_dot_product_attention"]
+
+BACKENDS = ("naive", "fast")
+
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _check_qkv(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    for arg, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name}: {arg} must have at least 2 dimensions (..., length, features), got {_shape(t)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name}: {arg} must be a floating-point tensor, got {t.dtype}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"{name}: key and value must have the same length S, got key {_shape(key)} and value {_shape(value)}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"{name}: query and key must have the same feature size E, got query {_shape(query)} and key {_shape(key)}"
+        )
+    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(
+            f"{name}: query, key and value must have the same leading dimensions, got "
+            f"{_shape(query)}, {_shape(key)} and {_shape(value)}"
+        )
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(f"{name}: query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+
+
+def _check_mask(name: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name}: attn_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"{name}: attn_mask must be boolean (True = takes part) or floating (added), got {mask.dtype}")
+    target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
+    try:
+        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{name}: the shape of attn_mask is {_shape(mask)}, but it must broadcast to (..., L, S) = {target}"
+        )
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    score: ScoreFn | None = None,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention as three stages: score every key, normalise, take the weighted sum of values.
+
+    Defined in chapter 3. ``score(query, key)`` must return ``(..., L, S)``; the default is the
+    scaled dot product ``query @ key^T / sqrt(E)``. The score modules of
+    ``attnlab.attention.scoring`` fit, for 3-D inputs.
+
+    Returns:
+        ``(output, weights)`` with shapes ``(..., L, Ev)`` and ``(..., L, S)``.
+    """
+    _check_qkv("attention", query, key, value)
+    _check_mask("attention", mask, query, key)
+    if score is None:
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # stage 1: (..., L, S)
+    else:
+        scores = score(query, key)  # stage 1: (..., L, S)
+        expected = (*query.shape[:-1], key.shape[-2])
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:
+            got = _shape(scores) if isinstance(scores, torch.Tensor) else type(scores).__name__
+            raise ValueError(f"attention: score must return shape (..., L, S) = {expected}, got {got}")
+    weights = masked_softmax(scores, mask)  # stage 2: (..., L, S)
+    return weights @ value, weights  # stage 3: (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+
+
+def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    # The reference implementation of torch.nn.functional.scaled_dot_product_attention, line by
+    # line, except that the softmax is masked_softmax (fully masked rows give zeros, not NaN).
+    L, S = query.size(-2), key.size(-2)
+    scale_factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    attn_bias = torch.zeros(L, S, dtype=query.dtype, device=query.device)
+    if is_causal:
+        temp_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril(diagonal=0)
+        attn_bias = attn_bias.masked_fill(temp_mask.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_bias = attn_bias.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            attn_bias = attn_mask + attn_bias
+    attn_weight = query @ key.transpose(-2, -1) * scale_factor  # (..., L, S)
+    attn_weight = attn_weight + attn_bias
+    attn_weight = masked_softmax(attn_weight, dim=-1)
+    if dropout_p > 0.0:
+        attn_weight = torch.dropout(attn_weight, dropout_p, train=True)
+    return attn_weight @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+
+
+def _fully_masked_rows(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+    """(..., L, 1) True where a query has no key left, or None when no row can be fully masked."""
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == torch.bool:
+        empty = ~attn_mask.any(-1, keepdim=True)
+    else:
+        empty = torch.isneginf(attn_mask).all(-1, keepdim=True)
+    return empty if bool(empty.any()) else None
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    backend: str = "naive",
+) -> torch.Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value``, with PyTorch's signature.
+
+    Defined in chapter 3. ``backend="naive"`` mirrors the formula (and PyTorch's reference code)
+    line by line; ``backend="fast"`` calls ``torch.nn.functional.scaled_dot_product_attention``.
+    They are tested equal. ``is_causal=True`` uses the top-left aligned causal mask, as PyTorch
+    does, and cannot be combined with ``attn_mask`` (PyTorch refuses it too).
+
+    Args:
+        query, key, value: ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``; same dtype.
+        attn_mask: ``None``, boolean (True = takes part) or float (added), broadcastable to
+            ``(..., L, S)``.
+        dropout_p: dropout probability on the weights, in ``[0, 1)``.
+        is_causal: apply the causal mask.
+        scale: multiplies the scores; ``1 / sqrt(E)`` when ``None``.
+        backend: ``"naive"`` or ``"fast"``.
+
+    Returns:
+        ``(..., L, Ev)``. Queries whose keys are all masked get zeros.
+    """
+    name = "scaled_dot_product_attention"
+    _check_qkv(name, query, key, value)
+    _check_mask(name, attn_mask, query, key)
+    if backend not in BACKENDS:
+        raise ValueError(f"{name}: backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{name}: dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if is_causal and attn_mask is not None:
+        raise ValueError(f"{name}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"{name}: scale must be a number or None, got {type(scale).__name__}")
+    if backend == "naive":
+        return _naive(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
+    empty = _fully_masked_rows(attn_mask, query, key)
+    if empty is not None:  # the book's convention, whatever the backend returned there
+        out = out.masked_fill(empty, 0.0)
+    return out
