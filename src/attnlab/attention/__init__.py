@@ -5,9 +5,13 @@
 - ``scoring``: score functions (the first stage): dot, scaled dot, cosine, general, additive, concat.
 - ``core``: the three stages as one function, and scaled dot-product attention with PyTorch's
   signature (naive and fast backends).
+- ``multihead``: multi-head attention, and copying the weights of ``torch.nn.MultiheadAttention``.
+- ``positional``: sinusoidal and learned positional encodings, and the relative rotation M_k.
 """
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
+from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
+from attnlab.attention.positional import LearnedPositionalEmbedding, relative_rotation, sinusoidal_encoding
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
 from attnlab.attention.scoring import (
     SCORES,
@@ -29,14 +33,19 @@ __all__ = [
     "CosineScore",
     "DotScore",
     "GeneralScore",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
     "ScaledDotScore",
     "Score",
     "attention",
     "causal_mask",
+    "copy_from_torch",
     "from_key_padding_mask",
     "make_score",
     "masked_softmax",
     "padding_mask",
+    "relative_rotation",
     "scaled_dot_product_attention",
+    "sinusoidal_encoding",
     "to_float_mask",
 ]
