@@ -1,0 +1,47 @@
+"""Restricted (banded) self-attention of chapter 5."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnlab.attention import attention, band_mask, band_to_dense, banded_attention
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 12), window=st.integers(0, 14), causal=st.booleans(), seed=st.integers(0, 2**16),
+       heads=st.integers(1, 3))
+def test_banded_attention_equals_full_attention_with_a_band_mask(n, window, causal, seed, heads):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, heads, n, 6, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, heads, n, 4, generator=g, dtype=torch.float64)
+    out, banded = banded_attention(q, k, v, window, causal=causal)
+    expected, weights = attention(q, k, v, mask=band_mask(n, window, causal=causal))
+    assert banded.shape == (2, heads, n, 2 * window + 1)  # never an (n, n) score matrix
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(band_to_dense(banded, window), weights)
+
+
+def test_band_mask_shape_and_content():
+    assert band_mask(5, 1).int().tolist() == [
+        [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]
+    assert band_mask(4, 2, causal=True).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1]]
+
+
+def test_banded_attention_gradcheck():
+    q, k, v = (torch.randn(1, 5, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    assert torch.autograd.gradcheck(lambda q, k, v: banded_attention(q, k, v, 1, causal=True)[0], (q, k, v))
+
+
+def test_local_errors_name_the_argument():
+    x = torch.zeros(2, 4, 3)
+    with pytest.raises(ValueError, match="window must be a non-negative int, got -1"):
+        banded_attention(x, x, x, -1)
+    with pytest.raises(TypeError, match="query must be a floating tensor"):
+        banded_attention(x.long(), x, x, 1)
+    with pytest.raises(ValueError, match="self-attention needs"):
+        banded_attention(x, torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), 1)
+    with pytest.raises(ValueError, match=r"weights must have shape \(..., N, 3\)"):
+        band_to_dense(torch.zeros(4, 5), 1)
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        band_mask(0, 1)
