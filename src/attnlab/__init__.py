@@ -7,7 +7,7 @@ its docstring which chapter introduces it.
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
-from attnlab.viz import figure_slider, plot_attention
+from attnlab.viz import figure_grid, figure_slider, plot_attention
 
 # Subpackages and modules a chapter imports by name: attnlab.data, attnlab.models, attnlab.train.
 from attnlab import data, models, train  # noqa: E402  (after the names they depend on)
@@ -15,6 +15,7 @@ from attnlab import data, models, train  # noqa: E402  (after the names they dep
 __all__ = [
     "causal_mask",
     "check_shape",
+    "figure_grid",
     "figure_slider",
     "from_key_padding_mask",
     "get_device",

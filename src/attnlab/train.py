@@ -1,6 +1,7 @@
-"""Training and evaluating sequence-to-sequence models.
+"""Training and evaluating sequence-to-sequence models and token taggers.
 
-Introduced in chapter 1 and used by every chapter that trains a translator. Training runs for a
+Introduced in chapter 1 and used by every chapter that trains a translator; chapter 5 adds the
+loop for per-token taggers (``train_tagger``). Training runs for a
 fixed number of steps (never for a fixed time), so that a seeded run gives the same model, and
 the same printed accuracies, every time on the same machine.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,8 +19,18 @@ from tqdm.auto import tqdm
 
 from attnlab.data.vocab import CharVocab, make_batch
 from attnlab.models.seq2seq import Seq2Seq
+from attnlab.models.tagger import SelfAttentionTagger
 
-__all__ = ["EvalResult", "TrainHistory", "accuracy_by_length", "evaluate_seq2seq", "train_seq2seq", "translate"]
+__all__ = [
+    "EvalResult",
+    "TrainHistory",
+    "accuracy_by_length",
+    "evaluate_seq2seq",
+    "evaluate_tagger",
+    "train_seq2seq",
+    "train_tagger",
+    "translate",
+]
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -43,12 +55,15 @@ class EvalResult:
 
 @dataclass
 class TrainHistory:
-    """What happened during training: the loss every step, evaluations every ``eval_every`` steps."""
+    """What happened during training: the loss every step, evaluations every ``eval_every`` steps.
+
+    ``evals`` holds an ``EvalResult`` per evaluation for translators, an accuracy for taggers.
+    """
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
-    evals: list[EvalResult] = field(default_factory=list)
+    evals: list[Any] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -226,3 +241,98 @@ def translate(
     src = torch.tensor([src_vocab.encode(source)], device=device)
     tokens, _ = model.greedy_decode(src, torch.tensor([len(source)], device=device), max_len=max_len)
     return tgt_vocab.decode(tokens[0])
+
+
+def _check_tagged(name: str, model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> None:
+    if not isinstance(model, SelfAttentionTagger):
+        raise TypeError(f"{name}: model must be a SelfAttentionTagger, got {type(model).__name__}")
+    for arg, t in (("tokens", tokens), ("targets", targets)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.long:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name}: {arg} must be a long tensor, got {got}")
+    want = (*tokens.shape, model.config.num_outputs)
+    if tokens.dim() != 2 or tuple(targets.shape) != want or len(tokens) == 0:
+        raise ValueError(
+            f"{name}: tokens must be (n, N) and targets (n, N, num_outputs={model.config.num_outputs}); "
+            f"got {tuple(tokens.shape)} and {tuple(targets.shape)}"
+        )
+
+
+@torch.no_grad()
+def evaluate_tagger(
+    model: SelfAttentionTagger,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+) -> float:
+    """Share of labels (all tokens, all outputs) that ``model`` predicts right (chapter 5)."""
+    _check_tagged("evaluate_tagger", model, tokens, targets)
+    model.to(device).eval()
+    correct = 0
+    for start in range(0, len(tokens), batch_size):
+        x = tokens[start : start + batch_size].to(device)
+        y = targets[start : start + batch_size].to(device)
+        logits, _ = model(x)  # (b, N, outputs, classes)
+        correct += (logits.argmax(-1) == y).sum().item()
+    return correct / targets.numel()
+
+
+def train_tagger(
+    model: SelfAttentionTagger,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """Train a tagger with Adam on the cross-entropy of every label, for ``steps`` mini-batches.
+
+    Defined in chapter 5. Batches are drawn from ``(tokens, targets)`` in a shuffled order that
+    depends only on ``seed``. If ``eval_data = (tokens, targets)`` is given, the accuracy
+    (``evaluate_tagger``) is recorded every ``eval_every`` steps and after the last step.
+    """
+    _check_tagged("train_tagger", model, tokens, targets)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"train_tagger: steps must be a positive int, got {steps!r}")
+    _check_positive("train_tagger", batch_size=batch_size, lr=lr)
+    if eval_data is not None:
+        _check_tagged("train_tagger (eval_data)", model, *eval_data)
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"train_tagger: eval_every must be a positive int or None, got {eval_every!r}")
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    history = TrainHistory()
+    order = torch.empty(0, dtype=torch.long)
+    started = time.perf_counter()
+    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        if len(order) < batch_size:
+            order = torch.randperm(len(tokens), generator=generator)
+        index, order = order[:batch_size], order[batch_size:]
+        x, y = tokens[index].to(device), targets[index].to(device)
+        logits, _ = model(x)  # (B, N, outputs, classes)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten())  # (B*N*outputs, classes)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.steps.append(step)
+        history.loss.append(loss.item())
+        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            accuracy = evaluate_tagger(model, *eval_data, device=device)
+            model.train()
+            history.eval_steps.append(step)
+            history.evals.append(accuracy)
+            bar.set_postfix(loss=f"{loss.item():.3f}", accuracy=f"{accuracy:.3f}")
+    history.seconds = time.perf_counter() - started
+    model.eval()
+    return history

@@ -1,5 +1,6 @@
 """Figures shared by the chapters: attention weights as a labelled heatmap, and a slider over
-figures rendered in advance, which works on the static website without a running kernel.
+figures rendered in advance (or two sliders over a grid of them), which works on the static
+website without a running kernel.
 
 Introduced in the chapter "Preliminaries"; used for alignments (chapter 2), self-attention
 heads (chapter 5) and the Transformer's layers (chapter 6).
@@ -18,7 +19,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["figure_slider", "plot_attention"]
+__all__ = ["figure_grid", "figure_slider", "plot_attention"]
 
 Labels = Sequence[str] | str | None
 
@@ -198,3 +199,70 @@ def figure_slider(
     stack = widgets.Stack(images, selected_index=values.index(value))
     widgets.jslink((slider, "index"), (stack, "selected_index"))
     return widgets.VBox([slider, stack])
+
+
+def figure_grid(
+    draw: Callable[[Any, Any], Figure],
+    rows: Sequence[Any],
+    cols: Sequence[Any],
+    *,
+    descriptions: tuple[str, str] = ("", ""),
+    value: tuple[Any, Any] | None = None,
+    dpi: int = 80,
+) -> widgets.VBox:
+    """Two sliders over a grid of figures ``draw(row, col)``, rendered in advance.
+
+    Defined in chapter 5 (choose a head and a query token). Like ``figure_slider``, it works on
+    the static website: the figures form a ``Stack`` (one per row) of ``Stack``s (one per
+    column); the first slider is linked in the browser to the outer stack, the second to every
+    inner stack. It draws ``len(rows) * len(cols)`` figures, so keep both short.
+
+    Args:
+        draw: a function of ``(row, col)`` that returns a Matplotlib figure.
+        rows, cols: the values offered by the first and the second slider.
+        descriptions: the two sliders' labels.
+        value: the ``(row, col)`` selected at first; the first of each when ``None``.
+        dpi: resolution of the rendered figures.
+
+    Returns:
+        ``VBox([HBox([row_slider, col_slider]), Stack of Stacks of Image])``.
+
+    Raises:
+        TypeError: ``draw`` is not callable or does not return a figure.
+        ValueError: ``rows`` or ``cols`` is empty, or ``value`` is not in the grid.
+    """
+    if not callable(draw):
+        raise TypeError(f"figure_grid: draw must be a function of (row, col), got {type(draw).__name__}")
+    rows, cols = list(rows), list(cols)
+    for name, values in (("rows", rows), ("cols", cols)):
+        if not values:
+            raise ValueError(f"figure_grid: {name} must hold at least one value, got none")
+    if not (isinstance(descriptions, tuple) and len(descriptions) == 2):
+        raise ValueError(f"figure_grid: descriptions must be a pair of strings, got {descriptions!r}")
+    if value is None:
+        value = (rows[0], cols[0])
+    if not (isinstance(value, tuple) and len(value) == 2 and value[0] in rows and value[1] in cols):
+        raise ValueError(f"figure_grid: value must be a pair (row, col) from rows {rows} and cols {cols}, got {value!r}")
+    inner = []
+    for r in rows:
+        images = []
+        for c in cols:
+            figure = draw(r, c)
+            if not isinstance(figure, Figure):
+                raise TypeError(
+                    f"figure_grid: draw({r!r}, {c!r}) must return a matplotlib Figure, got {type(figure).__name__}"
+                )
+            images.append(widgets.Image(value=_png(figure, dpi), format="png"))
+            plt.close(figure)
+        inner.append(widgets.Stack(images, selected_index=cols.index(value[1])))
+    outer = widgets.Stack(inner, selected_index=rows.index(value[0]))
+    row_slider = widgets.SelectionSlider(
+        options=rows, value=value[0], description=descriptions[0], continuous_update=True
+    )
+    col_slider = widgets.SelectionSlider(
+        options=cols, value=value[1], description=descriptions[1], continuous_update=True
+    )
+    widgets.jslink((row_slider, "index"), (outer, "selected_index"))
+    for stack in inner:
+        widgets.jslink((col_slider, "index"), (stack, "selected_index"))
+    return widgets.VBox([widgets.HBox([row_slider, col_slider]), outer])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import figure_slider, plot_attention
+from attnlab import figure_grid, figure_slider, plot_attention
 
 
 @pytest.fixture(autouse=True)
@@ -107,3 +107,41 @@ def test_figure_slider_errors_name_the_argument():
         figure_slider(_bars, [1, 2], value=5)
     with pytest.raises(TypeError, match=r"draw\(1\) must return a matplotlib Figure, got Axes"):
         figure_slider(lambda v: plt.subplots()[1], [1])
+
+
+def _bars2(height, width):
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.bar([0], [height], width=width)
+    return fig
+
+
+def test_figure_grid_links_two_sliders_to_nested_stacks():
+    import ipywidgets as widgets
+
+    box = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8], descriptions=("h", "w"), value=(2, 0.8))
+    (row_slider, col_slider), outer = box.children[0].children, box.children[1]
+    assert list(row_slider.options) == [1, 2] and row_slider.value == 2 and row_slider.description == "h"
+    assert list(col_slider.options) == [0.2, 0.5, 0.8] and col_slider.value == 0.8
+    assert outer.selected_index == 1 and len(outer.children) == 2
+    assert all(isinstance(s, widgets.Stack) and s.selected_index == 2 for s in outer.children)
+    pictures = [bytes(i.value) for s in outer.children for i in s.children]
+    assert len(pictures) == 6 and len(set(pictures)) == 6
+    # outer stack i, inner picture j is draw(rows[i], cols[j])
+    assert bytes(outer.children[0].children[1].value) == bytes(figure_grid(_bars2, [1], [0.5]).children[1].children[0].children[0].value)
+    states = widgets.Widget.get_manager_state()["state"].values()
+    links = [(s["state"]["source"], s["state"]["target"]) for s in states if s["model_name"] == "LinkModel"]
+    assert (["IPY_MODEL_" + row_slider.model_id, "index"], ["IPY_MODEL_" + outer.model_id, "selected_index"]) in links
+    for stack in outer.children:
+        assert (["IPY_MODEL_" + col_slider.model_id, "index"], ["IPY_MODEL_" + stack.model_id, "selected_index"]) in links
+    assert plt.get_fignums() == []
+
+
+def test_figure_grid_errors_name_the_argument():
+    with pytest.raises(TypeError, match="draw must be a function"):
+        figure_grid(None, [1], [1])
+    with pytest.raises(ValueError, match="cols must hold at least one value"):
+        figure_grid(_bars2, [1], [])
+    with pytest.raises(ValueError, match=r"value must be a pair \(row, col\)"):
+        figure_grid(_bars2, [1], [0.5], value=(1, 0.9))
+    with pytest.raises(TypeError, match=r"draw\(1, 0.5\) must return a matplotlib Figure, got NoneType"):
+        figure_grid(lambda r, c: None, [1], [0.5])

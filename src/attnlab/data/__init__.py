@@ -2,11 +2,11 @@
 
 - ``vocab``: a character vocabulary with padding, start and end tokens, and padded batches.
 - ``dates``: human-readable dates paired with ISO dates, with a held-out split by calendar day.
-- ``sequences``: copy and reverse tasks of controllable length.
+- ``sequences``: copy and reverse tasks of controllable length; the neighbour-labelling task.
 """
 
 from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
-from attnlab.data.sequences import make_sequence_pairs
+from attnlab.data.sequences import make_neighbour_task, make_sequence_pairs
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "format_date",
     "make_batch",
     "make_date_pairs",
+    "make_neighbour_task",
     "make_sequence_pairs",
 ]

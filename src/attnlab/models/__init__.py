@@ -1,4 +1,4 @@
-"""Models built from the package's parts: ``seq2seq`` (chapter 1 on)."""
+"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``tagger`` (chapter 5)."""
 
 from attnlab.models.seq2seq import (
     AttentionDecoder,
@@ -11,8 +11,10 @@ from attnlab.models.seq2seq import (
     Seq2SeqConfig,
     summarize,
 )
+from attnlab.models.tagger import POSITIONS, SelfAttentionTagger, TaggerConfig
 
 __all__ = [
+    "POSITIONS",
     "AttentionDecoder",
     "BahdanauDecoder",
     "Decoder",
@@ -21,5 +23,7 @@ __all__ = [
     "LuongDecoder",
     "Seq2Seq",
     "Seq2SeqConfig",
+    "SelfAttentionTagger",
+    "TaggerConfig",
     "summarize",
 ]
