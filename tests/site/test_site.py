@@ -122,19 +122,23 @@ def test_page_renders_offline(browser, server, page_path):
                 rendered = page.locator(".jupyter-widgets.widget-interact, .widget-vbox, .widget-hbox").count()
                 if rendered < n_views:
                     problems.append(f"{n_views} widget views stored, {rendered} rendered")
-        # Sliders over pre-rendered figures (attnlab.figure_slider) work with no kernel: moving the
-        # slider with the keyboard changes the readout and the picture.
+        # Sliders over pre-rendered figures (attnlab.figure_slider, figure_grid) work with no
+        # kernel: moving each slider with the keyboard changes its readout and the picture shown.
         sliders = page.locator(".widget-vbox:has(.noUi-handle):has(img.widget-image)")
         for i in range(sliders.count()):
             widget = sliders.nth(i)
-            image, readout = widget.locator("img.widget-image"), widget.locator(".widget-readout")
-            before = (image.get_attribute("src"), readout.inner_text())
-            widget.locator(".noUi-handle").focus()
-            page.keyboard.press("ArrowRight" if widget.locator('.noUi-handle[aria-valuenow="0.0"]').count() else "ArrowLeft")
-            page.wait_for_timeout(300)
-            after = (image.get_attribute("src"), readout.inner_text())
-            if after[0] == before[0] or after[1] == before[1]:
-                problems.append(f"slider {i} does not change its figure in the browser: {before[1]!r} -> {after[1]!r}")
+            handles = widget.locator(".noUi-handle")
+            for j in range(handles.count()):
+                handle, readout = handles.nth(j), widget.locator(".widget-readout").nth(j)
+                before = (widget.locator("img.widget-image:visible").first.get_attribute("src"), readout.inner_text())
+                handle.focus()
+                page.keyboard.press("ArrowRight" if handle.get_attribute("aria-valuenow") == "0.0" else "ArrowLeft")
+                page.wait_for_timeout(300)
+                after = (widget.locator("img.widget-image:visible").first.get_attribute("src"), readout.inner_text())
+                if after[0] == before[0] or after[1] == before[1]:
+                    problems.append(
+                        f"slider {i}.{j} does not change its figure in the browser: {before[1]!r} -> {after[1]!r}"
+                    )
         # Chapters: the Colab launch button points at this notebook in the book's repository.
         if page_path.startswith("chapters/"):
             colab = page.locator('a[href*="colab.research.google.com"]')
