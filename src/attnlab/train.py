@@ -9,7 +9,7 @@ the same printed accuracies, every time on the same machine.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +173,9 @@ def train_seq2seq(
     bucket: bool = True,
     progress: bool = True,
     desc: str = "training",
+    schedule: Callable[[int], float] | None = None,
+    label_smoothing: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
 ) -> TrainHistory:
     """Train ``model`` with Adam and teacher forcing for ``steps`` mini-batches.
 
@@ -186,6 +189,11 @@ def train_seq2seq(
     its longest source, so mixing lengths 5 and 100 would make every step cost 100 steps of
     the recurrent layers.
 
+    Chapter 6 adds, for the Transformer: ``schedule`` (the learning rate at step ``t`` is
+    ``lr * schedule(t)``, e.g. ``warmup_schedule`` with ``lr=1``), ``label_smoothing`` (the
+    target distribution puts ``1 - eps`` on the right token and spreads ``eps``) and Adam's
+    ``betas`` (the paper uses ``(0.9, 0.98)``). Any model with ``Seq2Seq``'s interface works.
+
     Returns:
         A ``TrainHistory``; its ``seconds`` field is the wall time spent (for reporting only).
     """
@@ -193,14 +201,21 @@ def train_seq2seq(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train_seq2seq: steps must be a positive int, got {steps!r}")
     _check_positive("train_seq2seq", batch_size=batch_size, lr=lr, clip=clip)
+    if schedule is not None and not callable(schedule):
+        raise TypeError(f"train_seq2seq: schedule must be a function of the step, got {type(schedule).__name__}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing < 1:
+        raise ValueError(f"train_seq2seq: label_smoothing must be in [0, 1), got {label_smoothing!r}")
     if eval_pairs is not None:
         _check_pairs("train_seq2seq (eval_pairs)", eval_pairs)
     if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"train_seq2seq: eval_every must be a positive int or None, got {eval_every!r}")
 
     model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=CharVocab.PAD)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+    scheduler = None
+    if schedule is not None:  # LambdaLR counts from 0; the schedule sees steps from 1
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
+    loss_fn = nn.CrossEntropyLoss(ignore_index=CharVocab.PAD, label_smoothing=float(label_smoothing))
     generator = torch.Generator().manual_seed(seed)
     history = TrainHistory()
     order: list[list[int]] = []
@@ -217,6 +232,8 @@ def train_seq2seq(
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         history.steps.append(step)
         history.loss.append(loss.item())
         if eval_pairs is not None and ((eval_every and step % eval_every == 0) or step == steps):

@@ -119,8 +119,35 @@ class MultiHeadAttention(nn.Module):
             padding = from_key_padding_mask(key_padding_mask)  # (B, S), True = ignore -> (B, 1, 1, S)
             mask = padding if mask is None else _combine(mask, padding)
         q = self._split(self.q_proj(query))  # (B, L, D) -> (B, H, L, E)
+        k, v = self.project_kv(key, value)  # (B, H, S, E) each
+        return self.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=average_attn_weights)
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values projected and split into heads: ``(B, S, kdim/vdim) -> (B, H, S, E)``.
+
+        Separate from ``forward`` so that a decoder can cache them (chapter 6): the keys and
+        values of earlier positions do not change when a new token arrives.
+        """
         k = self._split(self.k_proj(key))  # (B, S, D) -> (B, H, S, E)
         v = self._split(self.v_proj(value))  # (B, S, D) -> (B, H, S, E)
+        return k, v
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        average_attn_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention over projected heads ``q (B, H, L, E)``, ``k, v (B, H, S, E)``, merged and projected.
+
+        ``mask`` follows ``scaled_dot_product_attention`` (True = takes part). Returns
+        ``(output (B, L, D), weights or None)``.
+        """
+        B, _, L, _ = q.shape
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:  # the three stages, keeping the weights (returned before dropout)
@@ -131,7 +158,7 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.mean(dim=1)  # (B, H, L, S) -> (B, L, S)
         else:
             out = scaled_dot_product_attention(q, k, v, mask, dropout, backend=self.backend)  # (B, H, L, E)
-        out = out.transpose(1, 2).reshape(query.shape[0], L, self.embed_dim)  # (B, H, L, E) -> (B, L, H, E) -> (B, L, D)
+        out = out.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, H, L, E) -> (B, L, H, E) -> (B, L, D)
         return self.out_proj(out), weights
 
 

@@ -1,4 +1,5 @@
-"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``tagger`` (chapter 5)."""
+"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``tagger`` (chapter 5),
+``transformer`` (chapter 6)."""
 
 from attnlab.models.seq2seq import (
     AttentionDecoder,
@@ -12,6 +13,13 @@ from attnlab.models.seq2seq import (
     summarize,
 )
 from attnlab.models.tagger import POSITIONS, SelfAttentionTagger, TaggerConfig
+from attnlab.models.transformer import (
+    KVCache,
+    Transformer,
+    TransformerConfig,
+    copy_from_torch_transformer,
+    warmup_schedule,
+)
 
 __all__ = [
     "POSITIONS",
@@ -20,10 +28,15 @@ __all__ = [
     "Decoder",
     "Encoder",
     "EncoderOutput",
+    "KVCache",
     "LuongDecoder",
     "Seq2Seq",
     "Seq2SeqConfig",
     "SelfAttentionTagger",
     "TaggerConfig",
+    "Transformer",
+    "TransformerConfig",
+    "copy_from_torch_transformer",
     "summarize",
+    "warmup_schedule",
 ]

@@ -1,0 +1,489 @@
+"""The Transformer of Vaswani et al. (2017), built from the package's parts.
+
+Introduced in chapter 6. Smallest piece first: the position-wise feed-forward network, the
+token embedding (scaled by sqrt(d_model), plus sinusoidal positions), the encoder layer, the
+decoder layer, the two stacks, and the sequence-to-sequence model with greedy decoding. Each
+sub-layer is wrapped in a residual connection and layer normalisation, either as in the paper
+(post-LN: ``LayerNorm(x + Sublayer(x))``) or with the normalisation first (pre-LN:
+``x + Sublayer(LayerNorm(x))``), chosen by ``TransformerConfig.norm_first``.
+
+The decoder can run incrementally with a key/value cache (``KVCache``): at step t it projects
+only the new token, appends its keys and values to those of earlier steps, and reuses the keys
+and values of the encoder output computed once. ``copy_from_torch_transformer`` copies the
+weights of a ``torch.nn.Transformer`` into the encoder and decoder stacks, so that the two can be
+compared. ``warmup_schedule`` is the paper's learning-rate schedule.
+
+Shapes: source tokens ``(B, S)``, target tokens ``(B, T)``, model size ``D = d_model``, heads
+``H``; encoder output (memory) ``(B, S, D)``; logits ``(B, T, V)``; self-attention weights
+``(B, H, S, S)`` / ``(B, H, T, T)``, cross-attention weights ``(B, H, T, S)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from attnlab.attention.masking import causal_mask, padding_mask
+from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
+from attnlab.attention.positional import sinusoidal_encoding
+from attnlab.data.vocab import CharVocab
+
+__all__ = [
+    "DecoderLayer",
+    "EncoderLayer",
+    "FeedForward",
+    "KVCache",
+    "TokenEmbedding",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerDecoder",
+    "TransformerEncoder",
+    "copy_from_torch_transformer",
+    "warmup_schedule",
+]
+
+ACTIVATIONS = {"relu": nn.functional.relu, "gelu": nn.functional.gelu}
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and choices of a ``Transformer`` (defined in chapter 6).
+
+    The paper's base model is ``d_model=512, num_heads=8, dim_feedforward=2048`` with 6 + 6
+    layers, post-LN and dropout 0.1; the defaults here are a small model for 2 CPU cores.
+    ``final_norm`` adds a LayerNorm after each stack (``None``: only for pre-LN, where the last
+    residual sum is otherwise never normalised; ``torch.nn.Transformer`` always has one).
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    dim_feedforward: int = 256
+    dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    final_norm: bool | None = None
+    max_len: int = 128
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "dim_feedforward", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformerConfig: {name} must be a positive int, got {value!r}")
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TransformerConfig: {name} must be a non-negative int, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"TransformerConfig: d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if self.d_model % 2:
+            raise ValueError(f"TransformerConfig: d_model must be even (sinusoidal positions), got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig: dropout must be in [0, 1), got {self.dropout!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"TransformerConfig: activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+
+    @property
+    def use_final_norm(self) -> bool:
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network ``W_2 act(W_1 x + b_1) + b_2`` (chapter 6).
+
+    The same two linear layers are applied at every position (a 1 x 1 convolution); in the
+    paper ``512 -> 2048 -> 512``. Shapes: ``(B, N, D) -> (B, N, D)``.
+    """
+
+    def __init__(self, d_model: int, dim_feedforward: int, dropout: float = 0.0, activation: str = "relu"):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, N, D) -> (B, N, F) -> (B, N, D)
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding times ``sqrt(d_model)``, plus sinusoidal positions, then dropout (chapter 6).
+
+    The embedding is initialised with standard deviation ``d_model ** -0.5``, so that after the
+    scaling the token part has unit variance, comparable with the positional part (whose entries
+    have variance 1/2). Initialised N(0, 1) instead, the scaled tokens are ``sqrt(d_model)`` times
+    larger than the positions and drown them.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.0):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """``tokens (B, N)`` at positions ``start .. start + N - 1`` -> ``(B, N, D)``."""
+        end = start + tokens.shape[1]
+        if end > self.max_len:
+            raise ValueError(f"TokenEmbedding: positions up to {end} exceed max_len {self.max_len}")
+        x = self.embedding(tokens) * math.sqrt(self.d_model)  # (B, N) -> (B, N, D)
+        return self.dropout(x + self.pe[start:end])  # + (N, D)
+
+
+def _sublayer(norm_first: bool, norm: nn.LayerNorm, x: torch.Tensor, f: Callable, drop: nn.Dropout):
+    """Residual connection and layer normalisation around ``f``, post-LN or pre-LN."""
+    if norm_first:
+        out, weights = f(norm(x))
+        return x + drop(out), weights  # x + Sublayer(LayerNorm(x))
+    out, weights = f(x)
+    return norm(x + drop(out)), weights  # LayerNorm(x + Sublayer(x))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the feed-forward network, each with residual + LayerNorm (chapter 6)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = config
+        self.norm_first = c.norm_first
+        self.self_attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout)
+        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, c.activation)
+        self.norm1 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout1, self.dropout2 = nn.Dropout(c.dropout), nn.Dropout(c.dropout)
+
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor | None = None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x (B, S, D)``, ``src_mask`` boolean ``(B, 1, 1, S)`` (True = real token).
+
+        Returns ``(x (B, S, D), self-attention weights (B, H, S, S) or None)``.
+        """
+
+        def attend(h: torch.Tensor):
+            return self.self_attn(h, h, h, attn_mask=src_mask, need_weights=need_weights, average_attn_weights=False)
+
+        x, weights = _sublayer(self.norm_first, self.norm1, x, attend, self.dropout1)
+        x, _ = _sublayer(self.norm_first, self.norm2, x, lambda h: (self.ff(h), None), self.dropout2)
+        return x, weights
+
+
+@dataclass
+class KVCache:
+    """Keys and values a decoder layer has already computed (chapter 6).
+
+    ``self_k``, ``self_v``: ``(B, H, t, E)`` for the ``t`` target positions decoded so far;
+    ``cross_k``, ``cross_v``: ``(B, H, S, E)`` for the encoder output, computed once.
+    """
+
+    self_k: torch.Tensor | None = None
+    self_v: torch.Tensor | None = None
+    cross_k: torch.Tensor | None = None
+    cross_v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.self_k is None else self.self_k.shape[2]
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward network (chapter 6).
+
+    In the cross-attention the queries come from the decoder and the keys and values from the
+    encoder output ("memory"): the third use of attention in the Transformer.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = config
+        self.norm_first = c.norm_first
+        self.self_attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.num_heads, dropout=c.dropout)
+        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, c.activation)
+        self.norm1 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(c.dropout) for _ in range(3))
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """``y (B, T, D)``: new target positions; ``memory (B, S, D)``; ``memory_mask (B, 1, 1, S)``.
+
+        Without a cache, ``y`` holds the whole target and the self-attention is causal. With a
+        cache, ``y`` holds the ``T`` positions after the ``cache.length`` already decoded; their
+        keys and values are appended to the cache (which is updated in place), and the causal
+        mask is aligned bottom-right so that the new positions see every earlier one.
+
+        Returns ``(y (B, T, D), (self weights (B, H, T, t + T), cross weights (B, H, T, S)))``.
+        """
+
+        def self_attend(h: torch.Tensor):
+            q = self.self_attn._split(self.self_attn.q_proj(h))  # (B, T, D) -> (B, H, T, E)
+            k, v = self.self_attn.project_kv(h, h)  # (B, H, T, E) each
+            if cache is not None:
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, E) + (B, H, T, E) -> (B, H, t + T, E)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+            mask = causal_mask(q.shape[2], k.shape[2], align="bottom-right", device=h.device)  # (T, t + T)
+            return self.self_attn.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=False)
+
+        def cross_attend(h: torch.Tensor):
+            q = self.cross_attn._split(self.cross_attn.q_proj(h))  # (B, T, D) -> (B, H, T, E)
+            if cache is not None and cache.cross_k is not None:
+                k, v = cache.cross_k, cache.cross_v  # the memory does not change while decoding
+            else:
+                k, v = self.cross_attn.project_kv(memory, memory)  # (B, H, S, E) each
+                if cache is not None:
+                    cache.cross_k, cache.cross_v = k, v
+            return self.cross_attn.attend(q, k, v, memory_mask, need_weights=need_weights, average_attn_weights=False)
+
+        y, self_weights = _sublayer(self.norm_first, self.norm1, y, self_attend, self.dropout1)
+        y, cross_weights = _sublayer(self.norm_first, self.norm2, y, cross_attend, self.dropout2)
+        y, _ = _sublayer(self.norm_first, self.norm3, y, lambda h: (self.ff(h), None), self.dropout3)
+        return y, (self_weights, cross_weights)
+
+
+class TransformerEncoder(nn.Module):
+    """A stack of ``EncoderLayer``s, with a final LayerNorm when configured (chapter 6)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_encoder_layers))
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.use_final_norm else None
+
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor | None = None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """``x (B, S, D)`` -> ``(memory (B, S, D), [weights (B, H, S, S) per layer])``."""
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, src_mask, need_weights)
+            weights.append(w)
+        return (self.norm(x) if self.norm is not None else x), weights
+
+
+class TransformerDecoder(nn.Module):
+    """A stack of ``DecoderLayer``s, with a final LayerNorm when configured (chapter 6)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_decoder_layers))
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.use_final_norm else None
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        caches: list[KVCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor | None, torch.Tensor | None]]]:
+        """``y (B, T, D)`` -> ``(y (B, T, D), [(self, cross) weights per layer])``."""
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"TransformerDecoder: expected {len(self.layers)} caches, got {len(caches)}")
+        weights = []
+        for i, layer in enumerate(self.layers):
+            y, w = layer(y, memory, memory_mask, None if caches is None else caches[i], need_weights)
+            weights.append(w)
+        return (self.norm(y) if self.norm is not None else y), weights
+
+
+@dataclass
+class TransformerWeights:
+    """Attention weights of every layer: lists of ``(B, H, ., .)`` tensors, one per layer."""
+
+    encoder: list[torch.Tensor | None] = field(default_factory=list)
+    decoder_self: list[torch.Tensor | None] = field(default_factory=list)
+    cross: list[torch.Tensor | None] = field(default_factory=list)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for character sequences (defined in chapter 6).
+
+    Same interface as ``Seq2Seq``, so ``train_seq2seq`` and ``evaluate_seq2seq`` train and
+    evaluate it: ``forward(src, src_lengths, tgt_in) -> (logits, weights)`` and
+    ``greedy_decode(src, src_lengths, max_len) -> (tokens, weights)``.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"Transformer: config must be a TransformerConfig, got {type(config).__name__}")
+        c = self.config = config
+        self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model, c.max_len, c.dropout)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
+        self.encoder = TransformerEncoder(c)
+        self.decoder = TransformerDecoder(c)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+
+    def _check_source(self, src: torch.Tensor, src_lengths: torch.Tensor) -> None:
+        if not isinstance(src, torch.Tensor) or src.dtype != torch.long or src.dim() != 2:
+            got = f"{src.dtype} {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
+            raise TypeError(f"Transformer: src must be a long tensor (B, S), got {got}")
+        if not isinstance(src_lengths, torch.Tensor) or src_lengths.shape != (src.shape[0],):
+            got = tuple(src_lengths.shape) if isinstance(src_lengths, torch.Tensor) else type(src_lengths).__name__
+            raise ValueError(f"Transformer: src_lengths must have shape ({src.shape[0]},), got {got}")
+
+    def encode(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor | None]]:
+        """``src (B, S)`` -> ``(memory (B, S, D), src_mask (B, 1, 1, S), encoder weights per layer)``."""
+        self._check_source(src, src_lengths)
+        src_mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, 1, 1, S), True = real
+        memory, weights = self.encoder(self.src_embed(src), src_mask, need_weights)
+        return memory, src_mask, weights
+
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        caches: list[KVCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor | None, torch.Tensor | None]]]:
+        """``tgt_in (B, T)`` (the positions after those in ``caches``) -> ``(logits (B, T, V), weights)``."""
+        start = 0 if caches is None else caches[0].length if caches else 0
+        y, weights = self.decoder(self.tgt_embed(tgt_in, start), memory, src_mask, caches, need_weights)
+        return self.generator(y), weights
+
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, TransformerWeights | None]:
+        """Teacher-forced logits ``(B, T, V)``, and every layer's weights if ``need_weights``."""
+        memory, src_mask, enc_w = self.encode(src, src_lengths, need_weights)
+        logits, dec_w = self.decode(tgt_in, memory, src_mask, need_weights=need_weights)
+        if not need_weights:
+            return logits, None
+        return logits, TransformerWeights(enc_w, [w[0] for w in dec_w], [w[1] for w in dec_w])
+
+    @torch.no_grad()
+    def greedy_decode(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int, use_cache: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy decoding for at most ``max_len`` steps.
+
+        With ``use_cache`` each step feeds only the newest token and reuses the cached keys and
+        values; without it each step re-runs the decoder on the whole prefix (the same result,
+        O(t) times the work at step t).
+
+        Returns:
+            tokens ``(B, T')`` (END included where produced) and the last decoder layer's
+            cross-attention weights averaged over heads, ``(B, T', S)``.
+        """
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"Transformer.greedy_decode: max_len must be a positive int, got {max_len!r}")
+        memory, src_mask, _ = self.encode(src, src_lengths)
+        B = src.shape[0]
+        prefix = torch.full((B, 1), CharVocab.START, dtype=torch.long, device=src.device)  # (B, 1)
+        caches = [KVCache() for _ in self.decoder.layers] if use_cache else None
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        tokens, weights = [], []
+        for _ in range(max_len):
+            new = prefix[:, -1:] if use_cache else prefix  # (B, 1) or (B, t)
+            logits, dec_w = self.decode(new, memory, src_mask, caches, need_weights=True)
+            token = logits[:, -1:].argmax(-1)  # (B, 1)
+            tokens.append(token)
+            weights.append(dec_w[-1][1][:, :, -1:].mean(1) if dec_w else memory.new_zeros(B, 1, src.shape[1]))
+            prefix = torch.cat([prefix, token], dim=1)
+            done |= token[:, 0] == CharVocab.END
+            if bool(done.all()):
+                break
+        return torch.cat(tokens, dim=1), torch.cat(weights, dim=1)
+
+
+def warmup_schedule(
+    d_model: int, warmup_steps: int, factor: float = 1.0, *, total_steps: int | None = None
+) -> Callable[[int], float]:
+    """The paper's learning rate: ``factor * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)`` (chapter 6).
+
+    It rises linearly for ``warmup_steps`` steps, peaks at ``factor * (d_model * warmup)^-0.5``
+    and then decays like ``1 / sqrt(t)``. With ``total_steps``, the decay after the peak is
+    linear instead, reaching zero at ``total_steps`` (a "cool-down", for short training runs
+    that stop long before the 1 / sqrt(t) decay has lowered the rate). Returns a function of the
+    step ``t >= 1``.
+    """
+    for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"warmup_schedule: {name} must be a positive int, got {value!r}")
+    if not factor > 0:
+        raise ValueError(f"warmup_schedule: factor must be positive, got {factor!r}")
+    if total_steps is not None and (
+        isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= warmup_steps
+    ):
+        raise ValueError(f"warmup_schedule: total_steps must be an int > warmup_steps ({warmup_steps}), got {total_steps!r}")
+    peak = factor * (d_model * warmup_steps) ** -0.5
+
+    def rate(step: int) -> float:
+        step = max(step, 1)
+        if total_steps is not None:
+            return peak * min(step / warmup_steps, max(0.0, (total_steps - step) / (total_steps - warmup_steps)))
+        return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+    return rate
+
+
+def _copy_layer_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
+    ours.weight.copy_(theirs.weight)
+    ours.bias.copy_(theirs.bias)
+
+
+def _copy_ff(ours: FeedForward, theirs: nn.Module) -> None:
+    for mine, other in ((ours.linear1, theirs.linear1), (ours.linear2, theirs.linear2)):
+        mine.weight.copy_(other.weight)
+        mine.bias.copy_(other.bias)
+
+
+@torch.no_grad()
+def copy_from_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> Transformer:
+    """Copy the weights of a ``torch.nn.Transformer`` into ``ours`` (defined in chapter 6).
+
+    ``torch.nn.Transformer`` has no embeddings and no output layer, so only the two stacks are
+    copied: every attention (``copy_from_torch``), feed-forward layer and LayerNorm, and the final
+    norms (PyTorch always has them, so ``ours`` needs ``final_norm=True``).
+
+    Raises:
+        TypeError: the arguments are not the two model types.
+        ValueError: layer counts, sizes, or the final norms do not match.
+    """
+    if not isinstance(ours, Transformer) or not isinstance(theirs, nn.Transformer):
+        raise TypeError("copy_from_torch_transformer: expected (attnlab Transformer, torch.nn.Transformer)")
+    enc, dec = theirs.encoder.layers, theirs.decoder.layers
+    mine = (len(ours.encoder.layers), len(ours.decoder.layers), ours.config.d_model, ours.config.norm_first)
+    other = (len(enc), len(dec), theirs.d_model, enc[0].norm_first if len(enc) else dec[0].norm_first)
+    if mine != other:
+        raise ValueError(f"copy_from_torch_transformer: (encoder layers, decoder layers, d_model, norm_first) differ: {mine} vs {other}")
+    if ours.encoder.norm is None or ours.decoder.norm is None:
+        raise ValueError("copy_from_torch_transformer: torch.nn.Transformer has final norms; build ours with final_norm=True")
+    for a, b in zip(ours.encoder.layers, enc):
+        copy_from_torch(a.self_attn, b.self_attn)
+        _copy_ff(a.ff, b)
+        _copy_layer_norm(a.norm1, b.norm1)
+        _copy_layer_norm(a.norm2, b.norm2)
+    for a, b in zip(ours.decoder.layers, dec):
+        copy_from_torch(a.self_attn, b.self_attn)
+        copy_from_torch(a.cross_attn, b.multihead_attn)
+        _copy_ff(a.ff, b)
+        for mine_norm, their_norm in ((a.norm1, b.norm1), (a.norm2, b.norm2), (a.norm3, b.norm3)):
+            _copy_layer_norm(mine_norm, their_norm)
+    _copy_layer_norm(ours.encoder.norm, theirs.encoder.norm)
+    _copy_layer_norm(ours.decoder.norm, theirs.decoder.norm)
+    return ours
