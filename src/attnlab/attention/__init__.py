@@ -5,12 +5,14 @@
 - ``scoring``: score functions (the first stage): dot, scaled dot, cosine, general, additive, concat.
 - ``core``: the three stages as one function, and scaled dot-product attention with PyTorch's
   signature (naive and fast backends).
+- ``efficient``: exact attention in blocks with an online softmax, memory O(n).
 - ``local``: restricted (banded) self-attention with a window, in O(n r d).
 - ``multihead``: multi-head attention, and copying the weights of ``torch.nn.MultiheadAttention``.
 - ``positional``: sinusoidal and learned positional encodings, and the relative rotation M_k.
 """
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
+from attnlab.attention.efficient import blockwise_attention
 from attnlab.attention.local import band_mask, band_to_dense, banded_attention
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import LearnedPositionalEmbedding, relative_rotation, sinusoidal_encoding
@@ -43,6 +45,7 @@ __all__ = [
     "band_mask",
     "band_to_dense",
     "banded_attention",
+    "blockwise_attention",
     "causal_mask",
     "copy_from_torch",
     "from_key_padding_mask",

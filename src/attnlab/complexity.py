@@ -1,0 +1,222 @@
+"""The complexity comparison of "Why self-attention", as formulas and as measurements.
+
+Introduced in chapter 7. Vaswani et al. (2017, Table 1) compare layer types by three numbers,
+for sequence length ``n``, model size ``d``, kernel width ``k`` and window ``r``:
+
+=====================  ==================  ====================  ===================
+layer                  cost per layer      sequential ops        maximum path length
+=====================  ==================  ====================  ===================
+self-attention         O(n^2 d)            O(1)                  O(1)
+recurrent              O(n d^2)            O(n)                  O(n)
+convolutional          O(k n d^2)          O(1)                  O(log_k n)
+restricted attention   O(r n d)            O(1)                  O(n / r)
+=====================  ==================  ====================  ===================
+
+``layer_flops`` gives the exact forward FLOP counts behind those orders (a multiply-add counts
+as two FLOPs, as in ``torch.utils.flop_counter``), ``table_row`` the other two columns, and
+``attention_memory`` the bytes the attention kernels hold. ``measure`` times a function (median
+of repeats) and records its peak memory: ``torch.cuda.max_memory_allocated`` on CUDA, and on
+the CPU the largest total of live tensor bytes seen by the profiler. ``count_flops`` runs a
+function under ``FlopCounterMode``; ``fit_slope`` fits the exponent of a power law.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = [
+    "LAYERS",
+    "Measurement",
+    "attention_memory",
+    "count_flops",
+    "fit_slope",
+    "layer_flops",
+    "measure",
+    "table_row",
+]
+
+LAYERS = ("self-attention", "recurrent", "convolutional", "restricted")
+
+
+def _positive(name: str, **values: int) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
+
+
+def layer_flops(layer: str, n: int, d: int, *, k: int = 3, r: int = 16, cell: str = "lstm") -> int:
+    """Forward FLOPs of one layer on one sequence of ``n`` vectors of size ``d`` (chapter 7).
+
+    - ``"self-attention"``: the scores ``Q K^T`` and the weighted sum ``A V``, ``4 n^2 d``
+      (the projections, ``8 n d^2``, are common to every attention layer and left out, as in
+      the paper's table);
+    - ``"restricted"``: the same over a window of ``2r + 1`` keys, ``4 n (2r + 1) d``;
+    - ``"recurrent"``: an LSTM layer, four gates each with an input and a hidden matrix,
+      ``16 n d^2`` (``cell="rnn"``: one gate, ``4 n d^2``);
+    - ``"convolutional"``: a 1-D convolution of width ``k`` from ``d`` to ``d`` channels,
+      ``2 k n d^2``.
+
+    Biases, activations and the softmax are lower-order terms and are not counted.
+    """
+    _positive("layer_flops", n=n, d=d, k=k, r=r)
+    if layer == "self-attention":
+        return 4 * n * n * d
+    if layer == "restricted":
+        return 4 * n * min(2 * r + 1, n) * d
+    if layer == "recurrent":
+        gates = {"lstm": 4, "gru": 3, "rnn": 1}
+        if cell not in gates:
+            raise ValueError(f"layer_flops: cell must be one of {sorted(gates)}, got {cell!r}")
+        return 2 * 2 * gates[cell] * n * d * d
+    if layer == "convolutional":
+        return 2 * k * n * d * d
+    raise ValueError(f"layer_flops: layer must be one of {LAYERS}, got {layer!r}")
+
+
+def table_row(layer: str, n: int, *, k: int = 3, r: int = 16) -> tuple[int, int]:
+    """``(sequential operations, maximum path length)`` of a layer type for length ``n`` (chapter 7).
+
+    The path length is the number of layers a signal needs to travel between the two most
+    distant positions: ``n - 1`` steps of a recurrence, ``ceil(log_k n)`` stacked convolutions
+    (with dilations growing by ``k``; ``ceil((n - 1) / (k - 1))`` without), one attention layer,
+    ``ceil((n - 1) / r)`` restricted layers.
+    """
+    _positive("table_row", n=n, k=k, r=r)
+    if layer == "self-attention":
+        return 1, 1
+    if layer == "recurrent":
+        return n, max(n - 1, 1)
+    if layer == "convolutional":
+        return 1, max(1, math.ceil(math.log(n, k) - 1e-9)) if k > 1 else n
+    if layer == "restricted":
+        return 1, max(1, math.ceil((n - 1) / r))
+    raise ValueError(f"table_row: layer must be one of {LAYERS}, got {layer!r}")
+
+
+def attention_memory(
+    n: int, *, batch: int = 1, heads: int = 1, kernel: str = "naive", block_size: int = 256, bytes_per: int = 4,
+    backward: bool = False,
+) -> int:
+    """Bytes of attention weights a kernel holds at once for ``L = S = n`` (chapter 7).
+
+    ``"naive"``: the scores and the weights, ``2 B H n^2`` numbers (forward); with ``backward``
+    it keeps the weights for the gradient and creates gradients of the same size, ``3 B H n^2``.
+    ``"blockwise"``: one block of scores and weights, ``2 B H n b``, plus two numbers per query.
+    Inputs and outputs (``O(n d)``) are not counted.
+    """
+    _positive("attention_memory", n=n, batch=batch, heads=heads, block_size=block_size, bytes_per=bytes_per)
+    if kernel == "naive":
+        return (3 if backward else 2) * batch * heads * n * n * bytes_per
+    if kernel == "blockwise":
+        return (2 * n * min(block_size, n) + 2 * n) * batch * heads * bytes_per
+    raise ValueError(f"attention_memory: kernel must be 'naive' or 'blockwise', got {kernel!r}")
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of ``fn()`` as counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    The counter sees matrix products and convolutions. It does not count PyTorch's fused CPU
+    attention kernel or its fused LSTM (both report 0 with torch 2.13), so those rows of the
+    table are checked through the naive kernel and a GRU/RNN instead.
+    """
+    if not callable(fn):
+        raise TypeError(f"count_flops: fn must be callable, got {type(fn).__name__}")
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return counter.get_total_flops()
+
+
+@dataclass
+class Measurement:
+    """Timings of repeated calls (seconds) and the peak memory of one call (bytes)."""
+
+    times: list[float] = field(default_factory=list)
+    peak_bytes: int | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def _cpu_peak_bytes(fn: Callable[[], object]) -> int:
+    """Largest total of tensor bytes allocated and not yet freed while ``fn()`` runs, on the CPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # Allocations are attributed to the operator that made them, frees appear as "[memory]".
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:
+        live += e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def measure(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    device: torch.device | str = "cpu",
+    memory: bool = True,
+) -> Measurement:
+    """Time ``fn()`` ``repeats`` times after ``warmup`` calls; record its peak memory (chapter 7).
+
+    On CUDA the device is synchronised around each call and the peak is
+    ``torch.cuda.max_memory_allocated`` above what was allocated before the call. On the CPU the
+    peak comes from the profiler's memory events (one extra call). Report medians: single
+    timings on a shared machine are noisy.
+    """
+    if not callable(fn):
+        raise TypeError(f"measure: fn must be callable, got {type(fn).__name__}")
+    _positive("measure", repeats=repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"measure: warmup must be a non-negative int, got {warmup!r}")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    result = Measurement()
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        result.times.append(time.perf_counter() - start)
+    if memory:
+        if cuda:
+            sync()
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            fn()
+            sync()
+            result.peak_bytes = torch.cuda.max_memory_allocated(device) - before
+        else:
+            result.peak_bytes = _cpu_peak_bytes(fn)
+    return result
+
+
+def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ``log y`` against ``log x``: the exponent ``p`` of ``y ~ x^p``."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"fit_slope: need two sequences of the same length >= 2, got {len(xs)} and {len(ys)}")
+    if min(xs) <= 0 or min(ys) <= 0:
+        raise ValueError("fit_slope: every x and y must be positive (logarithms)")
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)

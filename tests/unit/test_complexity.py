@@ -1,0 +1,101 @@
+"""Formulas and measuring helpers of the complexity comparison (chapter 7)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.attention import scaled_dot_product_attention
+from attnlab.complexity import (
+    attention_memory,
+    count_flops,
+    fit_slope,
+    layer_flops,
+    measure,
+    table_row,
+)
+
+
+@pytest.mark.parametrize("n,d", [(16, 8), (64, 32), (100, 24)])
+def test_flop_formulas_match_the_flop_counter(n, d):
+    q, k, v = (torch.randn(2, 3, n, d) for _ in range(3))
+    counted = count_flops(lambda: scaled_dot_product_attention(q, k, v, backend="naive"))
+    assert counted == 2 * 3 * layer_flops("self-attention", n, d)
+    conv = nn.Conv1d(d, d, 5, padding=2, bias=False)
+    assert count_flops(lambda: conv(torch.randn(1, d, n))) == layer_flops("convolutional", n, d, k=5)
+    x = torch.randn(1, n, d)
+    for cell, module in (("gru", nn.GRU(d, d, batch_first=True)), ("rnn", nn.RNN(d, d, batch_first=True))):
+        assert count_flops(lambda: module(x)) == layer_flops("recurrent", n, d, cell=cell)
+
+
+def test_orders_of_growth():
+    assert layer_flops("self-attention", 200, 64) == 4 * layer_flops("self-attention", 100, 64)
+    assert layer_flops("recurrent", 200, 64) == 2 * layer_flops("recurrent", 100, 64)
+    assert layer_flops("restricted", 2000, 64, r=8) == 2 * layer_flops("restricted", 1000, 64, r=8)
+    # self-attention is cheaper than an LSTM layer while 4 n^2 d < 16 n d^2, i.e. n < 4 d
+    d = 64
+    assert layer_flops("self-attention", 4 * d - 1, d) < layer_flops("recurrent", 4 * d - 1, d)
+    assert layer_flops("self-attention", 4 * d + 1, d) > layer_flops("recurrent", 4 * d + 1, d)
+
+
+def test_table_rows():
+    assert table_row("self-attention", 1000) == (1, 1)
+    assert table_row("recurrent", 1000) == (1000, 999)
+    assert table_row("convolutional", 1000, k=3) == (1, math.ceil(math.log(1000, 3)))
+    assert table_row("convolutional", 81, k=3) == (1, 4)
+    assert table_row("restricted", 1000, r=100) == (1, 10)
+
+
+def test_attention_memory():
+    assert attention_memory(16384, heads=8) == 2 * 8 * 16384**2 * 4  # 17 GB: the failure seen at n = 16384
+    assert attention_memory(1024, kernel="blockwise", block_size=128) == (2 * 1024 * 128 + 2 * 1024) * 4
+    assert attention_memory(100, backward=True) == 3 * 100 * 100 * 4
+
+
+def test_measure_times_and_peak_memory_on_cpu():
+    def work():
+        x = torch.ones(1000, 1000)  # 4 MB
+        y = x * 2  # 4 MB more
+        return y.sum()
+
+    result = measure(work, repeats=3, warmup=1)
+    assert len(result.times) == 3 and result.median > 0
+    assert 8_000_000 <= result.peak_bytes < 9_000_000
+    assert measure(work, repeats=1, memory=False).peak_bytes is None
+
+
+def test_naive_attention_memory_is_measured_quadratic_and_blockwise_linear():
+    from attnlab.attention import blockwise_attention
+
+    peaks = {}
+    for n in (256, 512):
+        q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
+        peaks[n] = (
+            measure(lambda: scaled_dot_product_attention(q, k, v, backend="naive"), repeats=1, warmup=0).peak_bytes,
+            measure(lambda: blockwise_attention(q, k, v, block_size=64), repeats=1, warmup=0).peak_bytes,
+        )
+    assert 3.5 < peaks[512][0] / peaks[256][0] < 4.5
+    assert 1.5 < peaks[512][1] / peaks[256][1] < 2.5
+    assert peaks[512][0] >= attention_memory(512, heads=2)
+
+
+def test_fit_slope():
+    xs = [10, 20, 40, 80]
+    assert fit_slope(xs, [3 * x**2 for x in xs]) == pytest.approx(2.0)
+    assert fit_slope(xs, [x**0.5 for x in xs]) == pytest.approx(0.5)
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="layer must be one of"):
+        layer_flops("lstm", 10, 4)
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        layer_flops("recurrent", 0, 4)
+    with pytest.raises(ValueError, match="kernel must be 'naive' or 'blockwise'"):
+        attention_memory(10, kernel="flash")
+    with pytest.raises(TypeError, match="fn must be callable"):
+        measure(3)
+    with pytest.raises(ValueError, match="every x and y must be positive"):
+        fit_slope([1, 2], [0, 1])
