@@ -22,8 +22,11 @@ function under ``FlopCounterMode``; ``fit_slope`` fits the exponent of a power l
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -146,11 +149,30 @@ class Measurement:
         return statistics.median(self.times)
 
 
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Send the process's stderr (file descriptor 2) to /dev/null for a moment.
+
+    PyTorch's profiler backend writes timestamped start/stop lines there from C++, which would
+    make every notebook output that measures memory differ from run to run.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+
+
 def _cpu_peak_bytes(fn: Callable[[], object]) -> int:
     """Largest total of tensor bytes allocated and not yet freed while ``fn()`` runs, on the CPU."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # Allocations are attributed to the operator that made them, frees appear as "[memory]".
     events = sorted(prof.events(), key=lambda e: e.time_range.start)
