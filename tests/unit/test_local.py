@@ -8,14 +8,14 @@ from hypothesis import strategies as st
 from attnlab.attention import attention, band_mask, band_to_dense, banded_attention
 
 
-@settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 12), window=st.integers(0, 14), causal=st.booleans(), seed=st.integers(0, 2**16),
-       heads=st.integers(1, 3))
-def test_banded_attention_equals_full_attention_with_a_band_mask(n, window, causal, seed, heads):
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 40), window=st.integers(0, 14), causal=st.booleans(), seed=st.integers(0, 2**16),
+       heads=st.integers(1, 3), chunk=st.one_of(st.none(), st.integers(1, 8)))
+def test_banded_attention_equals_full_attention_with_a_band_mask(n, window, causal, seed, heads, chunk):
     g = torch.Generator().manual_seed(seed)
     q, k = (torch.randn(2, heads, n, 6, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(2, heads, n, 4, generator=g, dtype=torch.float64)
-    out, banded = banded_attention(q, k, v, window, causal=causal)
+    out, banded = banded_attention(q, k, v, window, causal=causal, chunk_size=chunk)
     expected, weights = attention(q, k, v, mask=band_mask(n, window, causal=causal))
     assert banded.shape == (2, heads, n, 2 * window + 1)  # never an (n, n) score matrix
     torch.testing.assert_close(out, expected)
@@ -31,6 +31,18 @@ def test_band_mask_shape_and_content():
 def test_banded_attention_gradcheck():
     q, k, v = (torch.randn(1, 5, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     assert torch.autograd.gradcheck(lambda q, k, v: banded_attention(q, k, v, 1, causal=True)[0], (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: banded_attention(q, k, v, 2, chunk_size=2)[0], (q, k, v))
+
+
+def test_banded_attention_memory_grows_linearly():
+    """Peak memory for N = 1024 and 2048 at a fixed window: twice, not four times."""
+    from attnlab.complexity import measure
+
+    peaks = []
+    for n in (1024, 2048):
+        q, k, v = (torch.randn(1, 1, n, 16) for _ in range(3))
+        peaks.append(measure(lambda: banded_attention(q, k, v, 8), repeats=1, warmup=0).peak_bytes)
+    assert 1.6 < peaks[1] / peaks[0] < 2.4
 
 
 def test_local_errors_name_the_argument():
@@ -45,3 +57,5 @@ def test_local_errors_name_the_argument():
         band_to_dense(torch.zeros(4, 5), 1)
     with pytest.raises(ValueError, match="n must be a positive int"):
         band_mask(0, 1)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int or None, got 0"):
+        banded_attention(x, x, x, 1, chunk_size=0)

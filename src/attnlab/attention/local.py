@@ -2,8 +2,9 @@
 
 Introduced in chapter 5; measured in chapter 7. Vaswani et al. list "self-attention (restricted)"
 with window ``r``: per-layer cost O(r n d) instead of O(n^2 d). The point of the implementation is
-that cost: it gathers, for every query, the ``2r + 1`` keys of its window (``unfold``), and never
-builds the ``n x n`` score matrix. ``band_mask`` gives the equivalent full mask, so that the
+that cost: it cuts the queries into chunks and lets each chunk attend, with one matrix product,
+to the keys its windows can reach (gathered with ``unfold``); it never builds the ``n x n``
+score matrix. ``band_mask`` gives the equivalent full mask, so that the
 banded computation can be checked against full attention.
 
 Shapes: query ``(..., N, E)``, key ``(..., N, E)``, value ``(..., N, Ev)`` (self-attention:
@@ -47,20 +48,27 @@ def banded_attention(
     *,
     causal: bool = False,
     scale: float | None = None,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product self-attention restricted to a window of ``window`` positions each side.
 
     Defined in chapter 5. Equal to full attention with ``band_mask(N, window, causal=causal)``, in
-    ``O(N (2r + 1) E)`` time and memory instead of ``O(N^2)``.
+    ``O(N (c + 2r) E)`` time and memory instead of ``O(N^2)``: the queries are cut into chunks
+    of ``c = chunk_size`` positions (``max(2 * window, 32)`` by default), and each chunk attends,
+    with one matrix product, to the ``c + 2r`` keys its windows can reach. The scores outside a
+    query's own window are masked, and its ``2r + 1`` band weights are gathered from the chunk.
 
     Returns:
-        ``(output, banded_weights)``: ``(..., N, Ev)`` and ``(..., N, 2 * window + 1)``.
+        ``(output, banded_weights)``: ``(..., N, Ev)`` and ``(..., N, 2 * window + 1)``, where
+        column ``r + o`` holds the weight of key ``i + o`` for query ``i``.
 
     Raises:
         TypeError / ValueError: the tensors are not floating, their shapes do not match, or the
-        window is not a non-negative int.
+        window or chunk size is not valid.
     """
     _check_window("banded_attention", window)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"banded_attention: chunk_size must be a positive int or None, got {chunk_size!r}")
     for arg, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.dim() < 2:
             got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -70,22 +78,31 @@ def banded_attention(
             "banded_attention: self-attention needs query (..., N, E), key (..., N, E), value (..., N, Ev); got "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
-    n, width = query.shape[-2], 2 * window + 1
+    n, r = query.shape[-2], window
+    c = chunk_size or max(2 * r, 32)
+    m = -(-n // c)  # number of chunks
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    # Pad the sequence by `window` on both sides, then take every window of 2r + 1 positions.
-    k_pad = F.pad(key, (0, 0, window, window))  # (..., N, E) -> (..., N + 2r, E)
-    v_pad = F.pad(value, (0, 0, window, window))  # (..., N, Ev) -> (..., N + 2r, Ev)
-    k_win = k_pad.unfold(-2, width, 1).transpose(-1, -2)  # (..., N, E, 2r+1) -> (..., N, 2r+1, E)
-    v_win = v_pad.unfold(-2, width, 1).transpose(-1, -2)  # (..., N, Ev, 2r+1) -> (..., N, 2r+1, Ev)
-    scores = (query[..., None, :] * k_win).sum(-1) * scale  # (..., N, 1, E) * (..., N, 2r+1, E) -> (..., N, 2r+1)
-    offsets = torch.arange(-window, window + 1, device=query.device)  # (2r+1,)
-    positions = torch.arange(n, device=query.device)[:, None] + offsets[None, :]  # (N, 2r+1): key index
-    valid = (positions >= 0) & (positions < n)  # window cells that fall inside the sequence
+    # Queries: pad to m * c positions and cut into chunks.
+    q = F.pad(query, (0, 0, 0, m * c - n)).unflatten(-2, (m, c))  # (..., N, E) -> (..., m, c, E)
+    # Keys and values: r positions of padding in front, enough behind, then one window of c + 2r per chunk.
+    k_pad = F.pad(key, (0, 0, r, m * c - n + r))  # (..., m c + 2r, E)
+    v_pad = F.pad(value, (0, 0, r, m * c - n + r))  # (..., m c + 2r, Ev)
+    k_win = k_pad.unfold(-2, c + 2 * r, c).transpose(-1, -2)  # (..., m, E, c+2r) -> (..., m, c+2r, E)
+    v_win = v_pad.unfold(-2, c + 2 * r, c).transpose(-1, -2)  # (..., m, c+2r, Ev)
+    scores = q @ k_win.transpose(-1, -2) * scale  # (..., m, c, E) @ (..., m, E, c+2r) -> (..., m, c, c+2r)
+    # Query a of chunk i is position i c + a; column b of its chunk is key i c - r + b, at offset b - a - r.
+    a = torch.arange(c, device=query.device)[:, None]
+    b = torch.arange(c + 2 * r, device=query.device)[None, :]
+    offset = b - a - r  # (c, c+2r)
+    key_pos = torch.arange(m, device=query.device)[:, None, None] * c - r + b  # (m, 1, c+2r)
+    valid = (offset.abs() <= r) & (key_pos >= 0) & (key_pos < n)  # (m, c, c+2r)
     if causal:
-        valid = valid & (offsets[None, :] <= 0)
-    weights = masked_softmax(scores, valid)  # (..., N, 2r+1)
-    out = (weights[..., None] * v_win).sum(-2)  # (..., N, 2r+1, 1) * (..., N, 2r+1, Ev) -> (..., N, Ev)
-    return out, weights
+        valid = valid & (offset <= 0)
+    weights = masked_softmax(scores, valid)  # (..., m, c, c+2r)
+    out = (weights @ v_win).flatten(-3, -2)[..., :n, :]  # (..., m, c, Ev) -> (..., N, Ev)
+    band = a + torch.arange(2 * r + 1, device=query.device)[None, :]  # (c, 2r+1): columns of the window
+    banded = weights.gather(-1, band.expand(*weights.shape[:-1], 2 * r + 1))  # (..., m, c, 2r+1)
+    return out, banded.flatten(-3, -2)[..., :n, :]  # (..., N, 2r+1)
 
 
 def band_to_dense(weights: torch.Tensor, window: int) -> torch.Tensor:
