@@ -15,7 +15,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book vendor test execute browser clean distclean
+.PHONY: all install book vendor test execute browser clean distclean bench
 
 all: book
 
@@ -64,6 +64,10 @@ browser:
 
 test: book browser
 	$(PY) -m pytest tests chapters --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+# Benchmarks against PyTorch (not part of `make test`: they report, tests check correctness).
+bench: $(STAMP)
+	cd benchmarks && ../$(PY) run_all.py
 
 clean:
 	rm -rf _build

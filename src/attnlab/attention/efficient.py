@@ -31,24 +31,44 @@ from attnlab.attention.core import _check_mask, _check_qkv
 __all__ = ["blockwise_attention"]
 
 
-def _block_bias(
-    attn_mask: torch.Tensor | None, is_causal: bool, q_start: int, L: int, j0: int, j1: int, like: torch.Tensor
-) -> torch.Tensor | None:
-    """Additive bias for queries ``q_start..L-1`` and keys ``j0..j1-1``, or None when nothing is masked."""
-    bias = None
+def _add_masks(
+    s: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool, q0: int, L: int, j0: int, j1: int
+) -> None:
+    """Add the masks, in place, to the scores ``s`` of queries ``q0..L-1`` and keys ``j0..j1-1``."""
     if attn_mask is not None:
-        block = attn_mask[..., q_start:L, j0:j1]
+        block = attn_mask[..., q0:L, j0:j1]
         if block.dtype == torch.bool:
-            bias = torch.zeros(block.shape, dtype=like.dtype, device=like.device).masked_fill(~block, float("-inf"))
+            s.masked_fill_(~block, float("-inf"))
         else:
-            bias = block.to(like.dtype)
+            s.add_(block.to(s.dtype))
     if is_causal:
-        i = torch.arange(q_start, L, device=like.device)[:, None]
-        j = torch.arange(j0, j1, device=like.device)[None, :]
-        causal = torch.zeros(i.shape[0], j.shape[1], dtype=like.dtype, device=like.device)
-        causal = causal.masked_fill(j > i, float("-inf"))  # (L - q_start, j1 - j0)
-        bias = causal if bias is None else bias + causal
-    return bias
+        # Only the first j1 - j0 rows (queries j0..j1-1) can see a key after themselves: the
+        # diagonal tile. Every later query sees the whole block, so nothing else is masked.
+        rows = min(j1 - j0, L - q0)
+        i = torch.arange(q0, q0 + rows, device=s.device)[:, None]
+        j = torch.arange(j0, j1, device=s.device)[None, :]
+        s[..., :rows, :].masked_fill_(j > i, float("-inf"))
+
+
+class _Buffers:
+    """Reusable output storage for the matrix products of the block loop.
+
+    A fresh multi-megabyte tensor per block costs more than the arithmetic on the CPU (the
+    allocator returns large blocks to the system, and touching new pages is slow), so every
+    product is written with ``out=`` into storage allocated once per name.
+    """
+
+    def __init__(self, like: torch.Tensor, lead: torch.Size):
+        self.like, self.lead, self.store = like, tuple(lead), {}
+
+    def matmul(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        shape = (*self.lead, a.shape[-2], b.shape[-1])
+        n = math.prod(shape)
+        flat = self.store.get(name)
+        if flat is None or flat.numel() < n:
+            flat = self.store[name] = torch.empty(n, dtype=self.like.dtype, device=self.like.device)
+        out = flat[:n].view(shape)
+        return torch.matmul(a, b, out=out)
 
 
 def _first_query(is_causal: bool, j0: int) -> int:
@@ -60,6 +80,9 @@ class _BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, block_size):
         L, S = query.shape[-2], key.shape[-2]
+        scaled = query * scale  # (..., L, E): scale once, not every block
+        lead = query.shape[:-2]
+        buffers = _Buffers(query, lead)
         m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=query.dtype, device=query.device)  # (..., L, 1)
         l = torch.zeros_like(m)  # (..., L, 1): running sum of exponentials
         acc = torch.zeros((*query.shape[:-1], value.shape[-1]), dtype=query.dtype, device=query.device)  # (..., L, Ev)
@@ -68,20 +91,18 @@ class _BlockwiseAttention(torch.autograd.Function):
             q0 = _first_query(is_causal, j0)
             if q0 >= L:
                 break
-            s = query[..., q0:, :] @ key[..., j0:j1, :].transpose(-2, -1) * scale  # (..., L', b)
-            bias = _block_bias(attn_mask, is_causal, q0, L, j0, j1, s)
-            if bias is not None:
-                s = s + bias
+            s = buffers.matmul("s", scaled[..., q0:, :], key[..., j0:j1, :].transpose(-2, -1))  # (..., L', b)
+            _add_masks(s, attn_mask, is_causal, q0, L, j0, j1)
             m_old = m[..., q0:, :]
             m_new = torch.maximum(m_old, s.amax(-1, keepdim=True))  # (..., L', 1)
-            safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)  # no -inf - -inf
-            p = torch.exp(s - safe)  # (..., L', b); exactly 0 where masked
-            correction = torch.exp(m_old - safe)  # rescales the sums of earlier blocks
-            l[..., q0:, :] = l[..., q0:, :] * correction + p.sum(-1, keepdim=True)
-            acc[..., q0:, :] = acc[..., q0:, :] * correction + p @ value[..., j0:j1, :]
-            m[..., q0:, :] = m_new
+            safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)  # no -inf - -inf
+            p = s.sub_(safe).exp_()  # (..., L', b), in place; exactly 0 where masked
+            correction = (m_old - safe).exp_()  # rescales the sums of earlier blocks
+            l[..., q0:, :].mul_(correction).add_(p.sum(-1, keepdim=True))
+            acc[..., q0:, :].mul_(correction).add_(buffers.matmul("pv", p, value[..., j0:j1, :]))
+            m_old.copy_(m_new)
         empty = l == 0  # queries with no key: output zeros, as the book's other kernels
-        out = acc / torch.where(empty, torch.ones_like(l), l)  # (..., L, Ev)
+        out = acc.div_(l.masked_fill(empty, 1.0))  # (..., L, Ev)
         lse = torch.where(empty, torch.full_like(m, float("inf")), m + torch.log(l))  # (..., L, 1)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.attn_mask, ctx.is_causal, ctx.scale, ctx.block_size = attn_mask, is_causal, scale, block_size
@@ -94,6 +115,8 @@ class _BlockwiseAttention(torch.autograd.Function):
         L, S = query.shape[-2], key.shape[-2]
         grad_out = grad_out.contiguous()
         delta = (grad_out * out).sum(-1, keepdim=True)  # (..., L, 1): rowsum(dO * O)
+        scaled = query * scale
+        buffers = _Buffers(query, query.shape[:-2])
         dq = torch.zeros_like(query)
         dk = torch.zeros_like(key)
         dv = torch.zeros_like(value)
@@ -102,21 +125,16 @@ class _BlockwiseAttention(torch.autograd.Function):
             q0 = _first_query(is_causal, j0)
             if q0 >= L:
                 break
-            q, k, v = query[..., q0:, :], key[..., j0:j1, :], value[..., j0:j1, :]
-            s = q @ k.transpose(-2, -1) * scale  # (..., L', b), recomputed
-            bias = _block_bias(attn_mask, is_causal, q0, L, j0, j1, s)
-            if bias is not None:
-                s = s + bias
-            p = torch.exp(s - lse[..., q0:, :])  # the weights of this block, (..., L', b)
+            k, v = key[..., j0:j1, :], value[..., j0:j1, :]
+            s = buffers.matmul("s", scaled[..., q0:, :], k.transpose(-2, -1))  # (..., L', b), recomputed
+            _add_masks(s, attn_mask, is_causal, q0, L, j0, j1)
+            p = s.sub_(lse[..., q0:, :]).exp_()  # the weights of this block, (..., L', b)
             do = grad_out[..., q0:, :]
-            dv_block = p.transpose(-2, -1) @ do  # (..., b, Ev)
-            dp = do @ v.transpose(-2, -1)  # (..., L', b)
-            ds = p * (dp - delta[..., q0:, :])  # softmax backward
-            dq[..., q0:, :] += ds @ k * scale
-            dk_block = ds.transpose(-2, -1) @ q * scale  # (..., b, E)
-            dk[..., j0:j1, :] += dk_block
-            dv[..., j0:j1, :] += dv_block
-        return dq, dk, dv, None, None, None, None
+            dv[..., j0:j1, :] += buffers.matmul("dv", p.transpose(-2, -1), do)  # (..., b, Ev)
+            ds = buffers.matmul("ds", do, v.transpose(-2, -1)).sub_(delta[..., q0:, :]).mul_(p)  # (..., L', b)
+            dq[..., q0:, :] += buffers.matmul("dq", ds, k)  # (..., L', E)
+            dk[..., j0:j1, :] += buffers.matmul("dk", ds.transpose(-2, -1), scaled[..., q0:, :])  # scale included
+        return dq.mul_(scale), dk, dv, None, None, None, None
 
 
 def blockwise_attention(

@@ -1,0 +1,63 @@
+"""Run every benchmark and write ``benchmarks/results.md``: ``make bench`` (or ``--quick``).
+
+Each script times ours against PyTorch's counterpart in the same run, interleaved, and reports
+the median ratio and its range; this collects them into one table with the machine described.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_blockwise  # noqa: E402
+import bench_mha  # noqa: E402
+import bench_sdpa  # noqa: E402
+from _common import machine  # noqa: E402
+
+
+def _ratio(row: dict) -> str:
+    return f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"
+
+
+def main(quick: bool) -> None:
+    torch.set_num_threads(2)
+    sections = []
+    rows = bench_sdpa.main(quick)
+    lines = ["| n | pass | ours (ms) | torch (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['n']} | {r['mode']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+              f"<= {r['target']} | {r['verdict']} |" for r in rows]
+    sections.append(("1. `scaled_dot_product_attention(backend=\"fast\")` / PyTorch's (B=1, H=8, E=64)", lines))
+    rows = bench_mha.main(quick)
+    lines = ["| n | comparison | ours (ms) | reference (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['n']} | {r['compare']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+              f"<= {r['target']} | {r['verdict']} |" for r in rows]
+    sections.append(("2. `MultiHeadAttention`, training step (batch 64, embed 256, 8 heads)", lines))
+    rows = bench_blockwise.main(quick)
+    timed = [r for r in rows if "ratio" in r]
+    lines = ["| n | pass | blockwise (ms) | fused (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['n']} | {r['mode']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+              f"<= {r['target']} | {r['verdict']} |" for r in timed]
+    lines += ["", "| n | MB allocated at the peak, forward+backward (block 64) |", "|---|---|"]
+    lines += [f"| {r['n']} | {r['extra_mb']:.1f} |" for r in rows if "extra_mb" in r]
+    sections.append(("3. `blockwise_attention` / PyTorch's fused kernel (B=1, H=8, E=64, block 256)", lines))
+    m = machine()
+    text = ["# Benchmarks", "",
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
+            f"device {m['device']}." + (" Quick run (smaller sizes, 3 repeats)." if quick else ""),
+            "Ratios are ours / PyTorch's, the median over interleaved repeats, with their range.", ""]
+    for title, lines in sections:
+        text += [f"## {title}", "", *lines, ""]
+    out = Path(__file__).resolve().parent / "results.md"
+    out.write_text("\n".join(text))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    main(parser.parse_args().quick)
