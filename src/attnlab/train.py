@@ -75,6 +75,13 @@ def _check_pairs(name: str, pairs: Pairs) -> None:
         raise TypeError(f"{name}: pairs must hold (source, target) string tuples, got {first!r}")
 
 
+def _check_steps(name: str, steps: int, eval_every: int | None) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"{name}: steps must be a positive int, got {steps!r}")
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"{name}: eval_every must be a positive int or None, got {eval_every!r}")
+
+
 def _check_positive(name: str, **values: float) -> None:
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -198,8 +205,7 @@ def train_seq2seq(
         A ``TrainHistory``; its ``seconds`` field is the wall time spent (for reporting only).
     """
     _check_pairs("train_seq2seq", train_pairs)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"train_seq2seq: steps must be a positive int, got {steps!r}")
+    _check_steps("train_seq2seq", steps, eval_every)
     _check_positive("train_seq2seq", batch_size=batch_size, lr=lr, clip=clip)
     if schedule is not None and not callable(schedule):
         raise TypeError(f"train_seq2seq: schedule must be a function of the step, got {type(schedule).__name__}")
@@ -207,8 +213,6 @@ def train_seq2seq(
         raise ValueError(f"train_seq2seq: label_smoothing must be in [0, 1), got {label_smoothing!r}")
     if eval_pairs is not None:
         _check_pairs("train_seq2seq (eval_pairs)", eval_pairs)
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
-        raise ValueError(f"train_seq2seq: eval_every must be a positive int or None, got {eval_every!r}")
 
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
@@ -318,13 +322,10 @@ def train_tagger(
     (``evaluate_tagger``) is recorded every ``eval_every`` steps and after the last step.
     """
     _check_tagged("train_tagger", model, tokens, targets)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"train_tagger: steps must be a positive int, got {steps!r}")
+    _check_steps("train_tagger", steps, eval_every)
     _check_positive("train_tagger", batch_size=batch_size, lr=lr)
     if eval_data is not None:
         _check_tagged("train_tagger (eval_data)", model, *eval_data)
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
-        raise ValueError(f"train_tagger: eval_every must be a positive int or None, got {eval_every!r}")
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)

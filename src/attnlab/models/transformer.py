@@ -42,6 +42,7 @@ __all__ = [
     "TransformerConfig",
     "TransformerDecoder",
     "TransformerEncoder",
+    "TransformerWeights",
     "copy_from_torch_transformer",
     "warmup_schedule",
 ]
