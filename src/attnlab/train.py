@@ -58,6 +58,8 @@ class TrainHistory:
     """What happened during training: the loss every step, evaluations every ``eval_every`` steps.
 
     ``evals`` holds an ``EvalResult`` per evaluation for translators, an accuracy for taggers.
+    ``seconds`` is the whole wall time; ``eval_seconds[i]`` the time spent training (evaluations
+    excluded) when ``evals[i]`` was taken, for "time to reach a quality" (``train_seq2seq`` only).
     """
 
     steps: list[int] = field(default_factory=list)
@@ -65,6 +67,7 @@ class TrainHistory:
     eval_steps: list[int] = field(default_factory=list)
     evals: list[Any] = field(default_factory=list)
     seconds: float = 0.0
+    eval_seconds: list[float] = field(default_factory=list)
 
 
 def _check_pairs(name: str, pairs: Pairs) -> None:
@@ -223,7 +226,7 @@ def train_seq2seq(
     generator = torch.Generator().manual_seed(seed)
     history = TrainHistory()
     order: list[list[int]] = []
-    started = time.perf_counter()
+    started, evaluating = time.perf_counter(), 0.0
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
     for step in bar:
         if not order:
@@ -241,9 +244,12 @@ def train_seq2seq(
         history.steps.append(step)
         history.loss.append(loss.item())
         if eval_pairs is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            paused = time.perf_counter()
+            history.eval_seconds.append(paused - started - evaluating)
             result = evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab, device=device)
             history.eval_steps.append(step)
             history.evals.append(result)
+            evaluating += time.perf_counter() - paused
             bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{result.exact_match:.3f}")
     history.seconds = time.perf_counter() - started
     model.eval()
@@ -331,7 +337,7 @@ def train_tagger(
     generator = torch.Generator().manual_seed(seed)
     history = TrainHistory()
     order = torch.empty(0, dtype=torch.long)
-    started = time.perf_counter()
+    started, evaluating = time.perf_counter(), 0.0
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
     for step in bar:
         if len(order) < batch_size:

@@ -1,5 +1,7 @@
 """The fixed-context seq2seq models and the training loop."""
 
+import time
+
 import pytest
 import torch
 
@@ -138,6 +140,9 @@ def test_training_lowers_the_loss_and_learns_a_tiny_task():
     assert last < first / 5, (first, last)
     assert history.eval_steps == [200, 400]
     assert history.evals[-1].exact_match > 0.9
+    # training time at each evaluation: increasing, and without the evaluations themselves
+    first_eval, second_eval = history.eval_seconds
+    assert 0 < first_eval < second_eval <= history.seconds
     assert translate(model, "abcd", vocab, vocab) == "dcba"
 
 
@@ -188,3 +193,24 @@ def test_training_arguments_are_checked():
         evaluate_seq2seq(model, [("a", 1)], vocab, vocab)
     with pytest.raises(ValueError, match="source must be a non-empty string"):
         translate(model, "", vocab, vocab)
+
+
+def test_eval_seconds_leave_out_the_evaluations(monkeypatch):
+    import attnlab.train as train_module
+
+    real = train_module.evaluate_seq2seq
+
+    def slow_evaluate(*args, **kwargs):
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate_seq2seq", slow_evaluate)
+    pairs = make_sequence_pairs("copy", 200, 1, 4, n_symbols=4, seed=0)
+    vocab = CharVocab("abcd")
+    torch.manual_seed(0)
+    model = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=8))
+    history = train_seq2seq(model, pairs, vocab, vocab, steps=6, batch_size=8,
+                            eval_pairs=pairs[:4], eval_every=2, progress=False)
+    assert len(history.eval_seconds) == len(history.evals) == 3
+    assert history.eval_seconds[-1] < 0.3  # three sleeps of 0.3 s are not training time
+    assert history.seconds > 0.9

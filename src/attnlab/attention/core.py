@@ -110,22 +110,17 @@ def attention(
 
 
 def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
-    # The reference implementation of torch.nn.functional.scaled_dot_product_attention, line by
-    # line, except that the softmax is masked_softmax (fully masked rows give zeros, not NaN).
+    # PyTorch's reference code for torch.nn.functional.scaled_dot_product_attention, except
+    # that the query is scaled before the product ((L, E) numbers instead of (L, S)), the mask
+    # goes straight to masked_softmax (a boolean mask removes keys, a float mask is added)
+    # instead of into an (L, S) bias that is added even when it is all zeros, and fully masked
+    # rows give zeros, not NaN.
     L, S = query.size(-2), key.size(-2)
     scale_factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
-    attn_bias = torch.zeros(L, S, dtype=query.dtype, device=query.device)
     if is_causal:
-        temp_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril(diagonal=0)
-        attn_bias = attn_bias.masked_fill(temp_mask.logical_not(), float("-inf"))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            attn_bias = attn_bias.masked_fill(attn_mask.logical_not(), float("-inf"))
-        else:
-            attn_bias = attn_mask + attn_bias
-    attn_weight = query @ key.transpose(-2, -1) * scale_factor  # (..., L, S)
-    attn_weight = attn_weight + attn_bias
-    attn_weight = masked_softmax(attn_weight, dim=-1)
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril(diagonal=0)
+    attn_weight = (query * scale_factor) @ key.transpose(-2, -1)  # (..., L, S)
+    attn_weight = masked_softmax(attn_weight, attn_mask, dim=-1)
     if dropout_p > 0.0:
         attn_weight = torch.dropout(attn_weight, dropout_p, train=True)
     return attn_weight @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)

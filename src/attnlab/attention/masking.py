@@ -175,11 +175,13 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
             scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0
         else:
             scores = scores + mask  # float masks are added
-    row_max = scores.amax(dim=dim, keepdim=True)
-    # A fully masked row has max -inf and (-inf) - (-inf) = NaN: subtract 0 there instead.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max)  # every value in [0, 1]: no overflow
-    denom = exp.sum(dim=dim, keepdim=True)
-    # Where the whole row is masked, exp is 0 everywhere; divide by 1 to return zeros.
-    denom = torch.where(denom > 0, denom, torch.ones_like(denom))
-    return exp / denom
+    row_max = scores.amax(dim=dim, keepdim=True)  # one read of the scores; no copy
+    empty = row_max == float("-inf")  # rows in which every key is masked
+    if bool(empty.any()):
+        # softmax would compute (-inf) - (-inf) = NaN there: give those rows scores of 0
+        # (finite, so no NaN in the gradient either), then weights of exactly 0.
+        scores = scores.masked_fill(empty, 0.0)
+        return torch.softmax(scores, dim=dim).masked_fill(empty, 0.0)
+    # torch.softmax subtracts the row maximum before exp, as exp(e - max e) / sum does by hand,
+    # in one pass that keeps only its output for the backward (not exp, sum and quotient).
+    return torch.softmax(scores, dim=dim)
