@@ -2,6 +2,7 @@
 #   make book      create .venv, install everything, build the website into _build/html
 #   make test      install, build, then run every test (unit, chapters with nbval, site in Chromium)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
+#   make bench     benchmarks against PyTorch, written to benchmarks/results.md
 
 PYTHON ?= python3.11
 VENV   := .venv

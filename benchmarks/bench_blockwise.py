@@ -51,7 +51,7 @@ def main(quick: bool = False, block: int = 256) -> list[dict]:
                      "inputs_mb": inputs / 1e6})
         print(f"n={n:5} forward+backward, block 64: {peak / 1e6:7.1f} MB allocated at the peak of the call "
               f"(inputs, not counted: {inputs / 1e6:.1f} MB)")
-    save("blockwise", rows, device)
+    save("blockwise" + ("-quick" if quick else ""), rows, device)
     return rows
 
 

@@ -47,7 +47,7 @@ def main(quick: bool = False) -> list[dict]:
                          "verdict": verdict(r["ratio"], TARGET_NAIVE)})
             print(f"n={n:4} naive vs fast:  {r['ours_ms']:8.2f} / {r['theirs_ms']:8.2f} ms  ratio {r['ratio']:.3f} "
                   f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}")
-    save("mha", rows, device)
+    save("mha" + ("-quick" if quick else ""), rows, device)
     return rows
 
 

@@ -41,7 +41,7 @@ def main(quick: bool = False) -> list[dict]:
             rows.append({"n": n, "mode": mode, **r, "target": TARGET, "verdict": verdict(r["ratio"], TARGET)})
             print(f"n={n:5} {mode:17} ours {r['ours_ms']:8.2f} ms  torch {r['theirs_ms']:8.2f} ms  "
                   f"ratio {r['ratio']:.3f} [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}")
-    save("sdpa", rows, device)
+    save("sdpa" + ("-quick" if quick else ""), rows, device)
     return rows
 
 

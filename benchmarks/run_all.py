@@ -15,8 +15,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_blockwise  # noqa: E402
+import bench_chapters  # noqa: E402
 import bench_mha  # noqa: E402
 import bench_sdpa  # noqa: E402
+import bench_training  # noqa: E402
 from _common import machine  # noqa: E402
 
 
@@ -24,7 +26,7 @@ def _ratio(row: dict) -> str:
     return f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"
 
 
-def main(quick: bool) -> None:
+def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md") -> None:
     torch.set_num_threads(2)
     sections = []
     rows = bench_sdpa.main(quick)
@@ -45,19 +47,39 @@ def main(quick: bool) -> None:
     lines += ["", "| n | MB allocated at the peak, forward+backward (block 64) |", "|---|---|"]
     lines += [f"| {r['n']} | {r['extra_mb']:.1f} |" for r in rows if "extra_mb" in r]
     sections.append(("3. `blockwise_attention` / PyTorch's fused kernel (B=1, H=8, E=64, block 256)", lines))
+    rows = bench_training.main(quick)
+    lines = ["| model | parameters | seconds of training to 99.5% | steps | epochs | exact match, all 5000 | "
+             "target | |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        target = f"<= {r['target']:.0f} s" if r["target"] else ""
+        if r["seconds"] is None:
+            lines.append(f"| {r['model']} | {r['parameters']:,} | not reached in {r['steps_run']} steps | | | "
+                         f"{r['final_exact_5000']:.4f} | {target} | {r['verdict']} |")
+        else:
+            lines.append(f"| {r['model']} | {r['parameters']:,} | {r['seconds']:.1f} | {r['steps']} | "
+                         f"{r['epochs']:.2f} | {r['exact_5000']:.4f} | {target} | {r['verdict']} |")
+    sections.append(("4. Training time to 99.5% held-out exact match on dates (batch 128, evaluated every "
+                     f"{bench_training.EVERY} steps on all 5000 unseen dates)", lines))
+    rows = bench_chapters.main(quick)
+    lines = ["| chapter | title | seconds | target | |", "|---|---|---|---|---|"]
+    lines += [f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
+              for r in rows]
+    sections.append(("5. Executing each chapter in a fresh kernel, as the tests do", lines))
     m = machine()
-    text = ["# Benchmarks", "",
+    text = ["# Benchmarks", "", "<!-- the book's Performance appendix includes everything below this line -->", "",
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
             f"device {m['device']}." + (" Quick run (smaller sizes, 3 repeats)." if quick else ""),
             "Ratios are ours / PyTorch's, the median over interleaved repeats, with their range.", ""]
     for title, lines in sections:
         text += [f"## {title}", "", *lines, ""]
-    out = Path(__file__).resolve().parent / "results.md"
     out.write_text("\n".join(text))
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    main(parser.parse_args().quick)
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results.md",
+                        help="where to write the markdown (default: benchmarks/results.md)")
+    args = parser.parse_args()
+    main(args.quick, args.out)

@@ -1,0 +1,84 @@
+"""Benchmark 4: training time to quality on the dates task (chapters 2 and 6).
+
+Trains each model with its chapter's recipe, evaluating exact match on all 5000 held-out
+dates every 25 steps, and reports the training time (evaluations excluded), the steps and the
+epochs at the first evaluation that reaches 99.5%. Targets on 2 CPU cores: the Luong
+attention model within 25 s, the Transformer within 90 s. There is no PyTorch counterpart to
+interleave with: these are absolute times, and the machine is described beside them.
+Run: ``python benchmarks/bench_training.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from _common import save, verdict
+from attnlab import set_seed
+from attnlab.data import CharVocab, make_date_pairs
+from attnlab.models import LuongDecoder, Seq2Seq, Seq2SeqConfig, Transformer, TransformerConfig, warmup_schedule
+from attnlab.train import evaluate_seq2seq, train_seq2seq
+
+QUALITY, EVERY, BATCH = 0.995, 25, 128
+
+
+def _recipes(src: int, tgt: int) -> dict:
+    rnn = Seq2SeqConfig(src, tgt, embed_dim=32, hidden_dim=128, bidirectional=True)
+    transformer = TransformerConfig(src, tgt, d_model=64, num_heads=4, num_encoder_layers=2,
+                                    num_decoder_layers=2, dim_feedforward=256, norm_first=False)
+    return {
+        "Luong GRU (chapter 2's model), lr 3e-3": dict(
+            build=lambda: Seq2Seq(rnn, decoder=LuongDecoder(rnn)), steps=400, target=25.0,
+            kwargs=dict(lr=3e-3)),
+        "Luong GRU, lr 5e-3 (chapter 2's run)": dict(
+            build=lambda: Seq2Seq(rnn, decoder=LuongDecoder(rnn)), steps=500, target=None,
+            kwargs=dict(lr=5e-3)),
+        "Transformer 2+2, post-LN (chapter 6)": dict(
+            build=lambda: Transformer(transformer), steps=1000, target=90.0,
+            kwargs=dict(lr=1.0, betas=(0.9, 0.98),
+                        schedule=warmup_schedule(64, 100, factor=0.24, total_steps=1000))),
+    }
+
+
+def main(quick: bool = False) -> list[dict]:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_pairs, test_pairs = make_date_pairs(45_000, 5_000, seed=0)
+    src_vocab = CharVocab.from_texts(s for s, _ in train_pairs)
+    tgt_vocab = CharVocab("0123456789-")
+    rows = []
+    for name, recipe in _recipes(len(src_vocab), len(tgt_vocab)).items():
+        set_seed(0)
+        model = recipe["build"]()
+        steps = 50 if quick else recipe["steps"]
+        history = train_seq2seq(model, train_pairs, src_vocab, tgt_vocab, steps=steps, batch_size=BATCH,
+                                device=device, eval_pairs=test_pairs, eval_every=EVERY, progress=False,
+                                **recipe["kwargs"])
+        hit = next((i for i, r in enumerate(history.evals) if r.exact_match >= QUALITY), None)
+        row = {"model": name, "steps_run": steps, "target": recipe["target"],
+               "parameters": sum(p.numel() for p in model.parameters()),
+               "final_exact_5000": history.evals[-1].exact_match}
+        if hit is None:
+            row.update(seconds=None, steps=None, epochs=None,
+                       verdict="MISSES (never reached)" if recipe["target"] else "for comparison")
+        else:
+            step = history.eval_steps[hit]
+            row.update(seconds=history.eval_seconds[hit], steps=step, epochs=step * BATCH / len(train_pairs),
+                       exact_5000=history.evals[hit].exact_match,
+                       verdict=verdict(history.eval_seconds[hit], recipe["target"]) if recipe["target"]
+                       else "for comparison")
+        rows.append(row)
+        if row["seconds"] is None:
+            print(f"{name}: {QUALITY:.1%} not reached in {steps} steps "
+                  f"(last {row['final_exact_5000']:.4f})")
+        else:
+            print(f"{name}: {QUALITY:.1%} at step {row['steps']} ({row['epochs']:.2f} epochs) after "
+                  f"{row['seconds']:.1f} s of training (exact match {row['exact_5000']:.4f}): {row['verdict']}")
+    save("training" + ("-quick" if quick else ""), rows, device)
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="50 steps (a smoke test; the target is not reached)")
+    main(parser.parse_args().quick)
