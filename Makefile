@@ -2,6 +2,7 @@
 #   make book      create .venv, install everything, build the website into _build/html
 #   make test      install, build, then run every test (unit, chapters with nbval, site in Chromium)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
+#   make assignments  student notebooks and autograder zips into _build/assignments
 #   make bench     benchmarks against PyTorch, written to benchmarks/results.md
 
 PYTHON ?= python3.11
@@ -16,7 +17,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book vendor test execute browser clean distclean bench
+.PHONY: all install book vendor test execute browser clean distclean bench assignments
 
 all: book
 
@@ -65,6 +66,10 @@ browser:
 
 test: book browser
 	$(PY) -m pytest tests chapters --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+# Assignments: otter assign on each source notebook (see book/instructor-guide.md).
+assignments: $(STAMP)
+	$(PY) assignments/build.py _build/assignments
 
 # Benchmarks against PyTorch (not part of `make test`: they report, tests check correctness).
 bench: $(STAMP)

@@ -121,7 +121,22 @@ def test_chapter_has_exercises_with_hidden_solutions(path):
     nb = nbformat.read(path, as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     exercises = re.findall(r"^:::\{exercise\}\n:label: (\S+)", text, flags=re.M)
-    assert exercises, f"{path.name} has no exercises"
+    assert len(exercises) >= 4, f"{path.name} has {len(exercises)} exercises; every chapter ends with at least 4"
     for label in exercises:
         solution = re.search(r"^:::\{solution(?:-start)?\} " + re.escape(label) + r"\n:class: dropdown", text, re.M)
         assert solution, f"{path.name}: exercise {label} has no solution hidden in a dropdown"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_an_executed_coding_solution(path):
+    """At least one solution is code between solution-start and solution-end, run with the chapter."""
+    nb = nbformat.read(path, as_version=4)
+    inside, executed = False, 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and re.search(r"^:::\{solution-start\}", cell.source, re.M):
+            inside = True
+        if inside and cell.cell_type == "code" and cell.execution_count and cell.outputs is not None:
+            executed += 1
+        if cell.cell_type == "markdown" and re.search(r"^:::\{solution-end\}", cell.source, re.M):
+            inside = False
+    assert executed >= 1, f"{path.name}: no coding exercise whose solution runs with the chapter"

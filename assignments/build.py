@@ -1,0 +1,66 @@
+"""Build the assignments: ``make assignments`` (or ``python assignments/build.py [OUT]``).
+
+For every source notebook ``assignments/aN_*.ipynb`` (solutions and hidden tests marked in
+otter-grader's format), ``otter assign`` writes, under ``OUT/<name>/`` (default
+``_build/assignments``):
+
+- ``student/``: the notebook students get (solutions replaced by ``...``, outputs cleared) and
+  its public tests in ``tests/``, zipped as ``<name>-student.zip`` to hand out;
+- ``autograder/``: the solution notebook, every test (public and hidden) and
+  ``<name>-autograder.zip``, which ``otter run`` (or Gradescope) grades submissions with.
+
+``otter assign`` runs the solution notebook against all its tests first and stops if any fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE.parent / "_build" / "assignments"
+
+
+def sources() -> list[Path]:
+    return sorted(HERE.glob("a[0-9]_*.ipynb"))
+
+
+def otter() -> str:
+    exe = Path(sys.executable).parent / "otter"
+    return str(exe) if exe.exists() else "otter"
+
+
+def build(source: Path, out: Path) -> Path:
+    """Run otter assign on one source notebook; return the assignment's output folder."""
+    name = source.stem
+    dest = out / name
+    if dest.exists():
+        shutil.rmtree(dest)
+    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=HERE, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"otter assign failed for {name}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    zips = list((dest / "autograder").glob(f"{name}-autograder_*.zip"))
+    if len(zips) != 1:
+        raise RuntimeError(f"{name}: expected one autograder zip, found {zips}")
+    zips[0].rename(dest / "autograder" / f"{name}-autograder.zip")  # no timestamp in the name
+    shutil.make_archive(str(dest / f"{name}-student"), "zip", dest / "student")
+    return dest
+
+
+def main(out: Path = DEFAULT_OUT) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    built = []
+    for source in sources():
+        dest = build(source, out)
+        print(f"{source.name}: student version and autograder in {dest}")
+        built.append(dest)
+    return built
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
+    main(parser.parse_args().out)
