@@ -6,14 +6,15 @@
 - ``core``: the three stages as one function, and scaled dot-product attention with PyTorch's
   signature (naive and fast backends).
 - ``efficient``: exact attention in blocks with an online softmax, memory O(n).
-- ``local``: restricted (banded) self-attention with a window, in O(n r d).
+- ``local``: restricted (banded) self-attention with a window, in O(n r d), and Luong's local
+  attention (local-m, local-p) over a gathered window of the source.
 - ``multihead``: multi-head attention, and copying the weights of ``torch.nn.MultiheadAttention``.
 - ``positional``: sinusoidal and learned positional encodings, and the relative rotation M_k.
 """
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
 from attnlab.attention.efficient import blockwise_attention
-from attnlab.attention.local import band_mask, band_to_dense, banded_attention
+from attnlab.attention.local import band_mask, band_to_dense, banded_attention, local_attention, window_to_dense
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import LearnedPositionalEmbedding, relative_rotation, sinusoidal_encoding
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
@@ -49,6 +50,7 @@ __all__ = [
     "causal_mask",
     "copy_from_torch",
     "from_key_padding_mask",
+    "local_attention",
     "make_score",
     "masked_softmax",
     "padding_mask",
@@ -56,4 +58,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
     "to_float_mask",
+    "window_to_dense",
 ]

@@ -1,6 +1,6 @@
-"""Restricted (banded) self-attention: each position attends only to a window around itself.
+"""Attention restricted to a window: banded self-attention (chapter 5) and Luong's local attention.
 
-Introduced in chapter 5; measured in chapter 7. Vaswani et al. list "self-attention (restricted)"
+Banded self-attention: introduced in chapter 5, measured in chapter 7. Vaswani et al. list "self-attention (restricted)"
 with window ``r``: per-layer cost O(r n d) instead of O(n^2 d). The point of the implementation is
 that cost: it cuts the queries into chunks and lets each chunk attend, with one matrix product,
 to the keys its windows can reach (gathered with ``unfold``); it never builds the ``n x n``
@@ -10,18 +10,23 @@ banded computation can be checked against full attention.
 Shapes: query ``(..., N, E)``, key ``(..., N, E)``, value ``(..., N, Ev)`` (self-attention:
 queries and keys have the same length ``N``); banded weights ``(..., N, 2r + 1)``, where column
 ``r + o`` holds the weight of key ``i + o`` for query ``i``.
+
+Local attention (chapter 4): a decoder's query ``t`` attends to the ``2D + 1`` source positions
+around a centre ``p_t``, fixed (local-m, ``p_t = t``) or predicted (local-p, with a Gaussian
+factor); the window is gathered, so the cost does not grow with the source length.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from attnlab.attention.masking import masked_softmax
 
-__all__ = ["band_mask", "band_to_dense", "banded_attention"]
+__all__ = ["band_mask", "band_to_dense", "banded_attention", "local_attention", "window_to_dense"]
 
 
 def _check_window(name: str, window: int) -> None:
@@ -117,3 +122,86 @@ def band_to_dense(weights: torch.Tensor, window: int) -> torch.Tensor:
     cols = rows + torch.arange(2 * window + 1, device=weights.device)[None, :]  # (N, 2r+1) padded index
     dense[..., rows, cols] = weights
     return dense[..., window : window + n]  # drop the padding columns: (..., N, N)
+
+
+# --- Luong et al. (2015): local attention in a sequence-to-sequence decoder (chapter 4) -----------
+
+
+def local_attention(
+    score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    centres: torch.Tensor,
+    window: int,
+    *,
+    lengths: torch.Tensor | None = None,
+    gaussian: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Local attention of Luong et al. (2015): each query attends to ``2D + 1`` source positions.
+
+    Defined in chapter 4. Query ``t`` looks only at the window :math:`[p_t - D, p_t + D]` around
+    its centre :math:`p_t` (``centres``): the window's keys and values are *gathered*, so time and
+    memory grow with ``D``, not with the source length. The scores come from any score module of
+    chapter 3 (``score(query (B', 1, Dq), keys (B', W, Dk)) -> (B', 1, W)``), the softmax runs over
+    the window's real positions, and with ``gaussian=True`` (local-p) each weight is multiplied by
+    :math:`\exp(-(s - p_t)^2 / (2\sigma^2))`, :math:`\sigma = D / 2`, which lets the gradient reach
+    a predicted real-valued :math:`p_t`. Local-m is ``centres = t`` with ``gaussian=False``.
+
+    Args:
+        score: a score module (``attnlab.attention.make_score``) or any function with its interface.
+        query: ``(B, T, Dq)``; keys: ``(B, S, Dk)``; values: ``(B, S, Dv)``.
+        centres: ``(B, T)`` real positions :math:`p_t`; the window is centred on ``round(p_t)``.
+        window: ``D >= 1``; the window holds ``W = 2D + 1`` positions.
+        lengths: ``(B,)`` real source lengths (positions at or past them are padding), or ``None``.
+        gaussian: multiply by the Gaussian factor (local-p) or not (local-m).
+
+    Returns:
+        ``(context (B, T, Dv), weights (B, T, W), positions (B, T, W))``: ``positions[b, t, w]`` is
+        the source position of window slot ``w``; slots outside ``[0, lengths[b])`` have weight 0
+        (``window_to_dense`` spreads the weights over all ``S`` positions, for plots).
+    """
+    name = "local_attention"
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"{name}: window must be a positive int (D, half the window), got {window!r}")
+    for arg, t, dims in (("query", query, 3), ("keys", keys, 3), ("values", values, 3), ("centres", centres, 2)):
+        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.dim() != dims:
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name}: {arg} must be a floating {dims}-D tensor, got {got}")
+    B, T, S = query.shape[0], query.shape[1], keys.shape[1]
+    if keys.shape[0] != B or values.shape[:2] != keys.shape[:2] or centres.shape != (B, T):
+        raise ValueError(
+            f"{name}: expected query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv), centres (B, T); got "
+            f"{tuple(query.shape)}, {tuple(keys.shape)}, {tuple(values.shape)}, {tuple(centres.shape)}"
+        )
+    if lengths is None:
+        lengths = torch.full((B,), S, device=keys.device)
+    elif not isinstance(lengths, torch.Tensor) or lengths.shape != (B,):
+        got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise ValueError(f"{name}: lengths must have shape ({B},), got {got}")
+    W = 2 * window + 1
+    offsets = torch.arange(-window, window + 1, device=keys.device)  # (W,)
+    positions = centres.detach().round().long()[..., None] + offsets  # (B, T, W)
+    valid = (positions >= 0) & (positions < lengths[:, None, None])  # (B, T, W)
+    index = positions.clamp(0, S - 1).reshape(B, T * W)  # (B, T W)
+    k_win = keys.gather(1, index[..., None].expand(-1, -1, keys.shape[-1]))  # (B, T W, Dk)
+    v_win = values.gather(1, index[..., None].expand(-1, -1, values.shape[-1]))  # (B, T W, Dv)
+    scores = score(query.reshape(B * T, 1, -1), k_win.reshape(B * T, W, -1))  # (B T, 1, W)
+    weights = masked_softmax(scores.reshape(B, T, W), valid)  # (B, T, W)
+    if gaussian:
+        sigma = window / 2
+        distance = positions.to(centres.dtype) - centres[..., None]  # (B, T, W), differentiable in p_t
+        weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))
+    context = (weights[..., None] * v_win.reshape(B, T, W, -1)).sum(dim=2)  # (B, T, W, Dv) -> (B, T, Dv)
+    return context, weights, positions
+
+
+def window_to_dense(weights: torch.Tensor, positions: torch.Tensor, source_length: int) -> torch.Tensor:
+    """Window weights ``(B, T, W)`` at ``positions`` as ``(B, T, S)`` (zeros outside the window)."""
+    if not isinstance(weights, torch.Tensor) or not isinstance(positions, torch.Tensor) or weights.shape != positions.shape:
+        raise ValueError("window_to_dense: weights and positions must be tensors of the same shape (B, T, W)")
+    if isinstance(source_length, bool) or not isinstance(source_length, int) or source_length < 1:
+        raise ValueError(f"window_to_dense: source_length must be a positive int, got {source_length!r}")
+    inside = (positions >= 0) & (positions < source_length)
+    dense = weights.new_zeros(*weights.shape[:-1], source_length)
+    return dense.scatter_add(-1, positions.clamp(0, source_length - 1), weights * inside)

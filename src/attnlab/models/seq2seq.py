@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnlab.attention.local import local_attention, window_to_dense
 from attnlab.attention.masking import masked_softmax
 from attnlab.attention.scoring import SCORES, make_score
 from attnlab.data.vocab import CharVocab
@@ -30,7 +31,10 @@ __all__ = [
     "Decoder",
     "Encoder",
     "EncoderOutput",
+    "LocalState",
     "LuongDecoder",
+    "LuongLocalDecoder",
+    "PositionPredictor",
     "Seq2Seq",
     "Seq2SeqConfig",
     "summarize",
@@ -283,6 +287,93 @@ class LuongDecoder(AttentionDecoder):
         context = weights @ memory.hs  # (B, T, S) @ (B, S, D) -> (B, T, D)
         attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
         return self.out(attentional), state, weights
+
+
+@dataclass
+class LocalState:
+    """A local decoder's state: the recurrent state and the number of target steps taken so far."""
+
+    rnn: State
+    step: int
+
+
+class PositionPredictor(nn.Module):
+    r"""Local-p's aligned position :math:`p_t = (S - 1)\,\sigma(v_p^\top \tanh(W_p h_t))` (chapter 4).
+
+    Luong et al. (2015) scale by the source length ``S``; scaling by ``S - 1`` keeps the centre on a
+    real position of each (padded) source.
+    """
+
+    def __init__(self, hidden_dim: int, attention_dim: int = 64):
+        super().__init__()
+        self.W_p = nn.Linear(hidden_dim, attention_dim, bias=False)
+        self.v_p = nn.Linear(attention_dim, 1, bias=False)
+
+    def forward(self, h: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``h (B, T, H)``, ``lengths (B,)`` -> centres ``(B, T)`` in ``[0, lengths - 1]``."""
+        share = torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)  # (B, T) in (0, 1)
+        return (lengths[:, None] - 1).to(h.dtype) * share
+
+
+class LuongLocalDecoder(LuongDecoder):
+    r"""Luong et al. (2015) with local attention: each target step attends to ``2D + 1`` positions.
+
+    Defined in chapter 4. ``mode="local-m"`` centres the window of step ``t`` on source position
+    ``t`` (monotonic alignment); ``mode="local-p"`` predicts the centre with ``PositionPredictor``
+    and weights the window by a Gaussian of :math:`\sigma = D / 2` around it. The window is
+    gathered (``local_attention``), so the attention costs ``O(T D)``, not ``O(T S)``. Everything
+    else is ``LuongDecoder``. The weights returned are spread over the ``S`` source positions
+    (zeros outside the window), for plots and alignment measures; ``last_centres`` keeps the
+    centres of the last call.
+
+    Args:
+        config: the model's configuration (``peeky`` must be False).
+        mode: ``"local-m"`` or ``"local-p"``.
+        window: ``D``, half the window.
+        score: a score name (``"general"`` by default).
+        attention_dim: hidden size of the additive/concat scores and of the position predictor.
+    """
+
+    MODES = ("local-m", "local-p")
+
+    def __init__(
+        self, config: Seq2SeqConfig, mode: str = "local-p", window: int = 4, score: str | None = None,
+        attention_dim: int = 64,
+    ):
+        if mode not in self.MODES:
+            raise ValueError(f"LuongLocalDecoder: mode must be one of {self.MODES}, got {mode!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"LuongLocalDecoder: window must be a positive int (D), got {window!r}")
+        super().__init__(config, score, attention_dim)
+        self.mode, self.window = mode, window
+        self.predictor = PositionPredictor(config.hidden_dim, attention_dim) if mode == "local-p" else None
+        self.last_centres: torch.Tensor | None = None
+
+    def init_state(self, memory: EncoderOutput) -> LocalState:
+        return LocalState(super().init_state(memory), 0)
+
+    def forward(
+        self, tgt_in: torch.Tensor, state: LocalState, memory: EncoderOutput
+    ) -> tuple[torch.Tensor, LocalState, torch.Tensor]:
+        if not isinstance(state, LocalState):
+            raise TypeError(f"LuongLocalDecoder: state must come from init_state, got {type(state).__name__}")
+        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        h, rnn_state = self.rnn(x, state.rnn)  # (B, T, H)
+        B, T = h.shape[:2]
+        lengths = memory.mask.sum(dim=1)  # (B,)
+        if self.mode == "local-m":  # p_t = t, kept inside each source
+            t = torch.arange(state.step, state.step + T, device=h.device, dtype=h.dtype)
+            centres = torch.minimum(t[None, :].expand(B, T), (lengths[:, None] - 1).to(h.dtype))
+        else:
+            centres = self.predictor(h, lengths)  # (B, T)
+        context, window_weights, positions = local_attention(
+            self.score, h, memory.hs, memory.hs, centres, self.window, lengths=lengths,
+            gaussian=self.mode == "local-p",
+        )  # (B, T, D), (B, T, W), (B, T, W)
+        self.last_centres = centres.detach()
+        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
+        weights = window_to_dense(window_weights, positions, memory.hs.shape[1])  # (B, T, S)
+        return self.out(attentional), LocalState(rnn_state, state.step + T), weights
 
 
 class Seq2Seq(nn.Module):
