@@ -23,11 +23,13 @@ CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 TARGET = 180.0
 
 
-def main(quick: bool = False) -> list[dict]:
+def main(quick: bool = False, only: list[str] | None = None) -> list[dict]:
     rows = []
     notebooks = sorted(CHAPTERS.glob("*.ipynb"))
     if quick:
         notebooks = notebooks[:1]
+    if only:
+        notebooks = [p for p in notebooks if p.stem in only]
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(nb, timeout=900, kernel_name="python3",
@@ -47,4 +49,6 @@ def main(quick: bool = False) -> list[dict]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the first chapter")
-    main(parser.parse_args().quick)
+    parser.add_argument("--only", nargs="+", help="only these chapters (file stems)")
+    args = parser.parse_args()
+    main(args.quick, args.only)

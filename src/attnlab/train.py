@@ -19,14 +19,17 @@ from tqdm.auto import tqdm
 
 from attnlab.data.vocab import CharVocab, make_batch
 from attnlab.models.seq2seq import Seq2Seq
+from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
 from attnlab.models.tagger import SelfAttentionTagger
 
 __all__ = [
     "EvalResult",
     "TrainHistory",
     "accuracy_by_length",
+    "evaluate_classifier",
     "evaluate_seq2seq",
     "evaluate_tagger",
+    "train_classifier",
     "train_seq2seq",
     "train_tagger",
     "translate",
@@ -353,6 +356,100 @@ def train_tagger(
         history.loss.append(loss.item())
         if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
             accuracy = evaluate_tagger(model, *eval_data, device=device)
+            model.train()
+            history.eval_steps.append(step)
+            history.evals.append(accuracy)
+            bar.set_postfix(loss=f"{loss.item():.3f}", accuracy=f"{accuracy:.3f}")
+    history.seconds = time.perf_counter() - started
+    model.eval()
+    return history
+
+
+Classifier = StructuredClassifier | HierarchicalClassifier
+
+
+def _check_classified(name: str, model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> None:
+    if not isinstance(model, (StructuredClassifier, HierarchicalClassifier)):
+        raise TypeError(f"{name}: model must be a StructuredClassifier or HierarchicalClassifier, got {type(model).__name__}")
+    dims = 2 if isinstance(model, StructuredClassifier) else 3
+    for arg, t in (("tokens", tokens), ("labels", labels)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.long:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name}: {arg} must be a long tensor, got {got}")
+    if tokens.dim() != dims or labels.shape != (tokens.shape[0],) or len(tokens) == 0:
+        raise ValueError(f"{name}: tokens must be {dims}-D with one label each; got {tuple(tokens.shape)} and "
+                         f"{tuple(labels.shape)}")
+
+
+@torch.no_grad()
+def evaluate_classifier(
+    model: Classifier, tokens: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+) -> float:
+    """Share of examples whose predicted class is the label (chapter 4)."""
+    _check_classified("evaluate_classifier", model, tokens, labels)
+    model.to(device).eval()
+    correct = 0
+    for start in range(0, len(tokens), batch_size):
+        logits = model(tokens[start : start + batch_size].to(device))[0]  # (b, classes)
+        correct += (logits.argmax(-1) == labels[start : start + batch_size].to(device)).sum().item()
+    return correct / len(labels)
+
+
+def train_classifier(
+    model: Classifier,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    penalty: float = 0.0,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """Train a classifier with Adam on the cross-entropy, for ``steps`` mini-batches (chapter 4).
+
+    With ``penalty > 0`` (a ``StructuredClassifier`` only), the loss adds ``penalty`` times the
+    batch mean of ``frobenius_penalty`` of the hops, as in Lin et al. (2017). Evaluation as in
+    ``train_tagger``: accuracy every ``eval_every`` steps and after the last.
+    """
+    _check_classified("train_classifier", model, tokens, labels)
+    _check_steps("train_classifier", steps, eval_every)
+    _check_positive("train_classifier", batch_size=batch_size, lr=lr)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
+        raise ValueError(f"train_classifier: penalty must be a non-negative number, got {penalty!r}")
+    if penalty and not isinstance(model, StructuredClassifier):
+        raise ValueError("train_classifier: penalty applies to the hops of a StructuredClassifier only")
+    if eval_data is not None:
+        _check_classified("train_classifier (eval_data)", model, *eval_data)
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    history = TrainHistory()
+    order = torch.empty(0, dtype=torch.long)
+    started = time.perf_counter()
+    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        if len(order) < batch_size:
+            order = torch.randperm(len(tokens), generator=generator)
+        index, order = order[:batch_size], order[batch_size:]
+        x, y = tokens[index].to(device), labels[index].to(device)
+        logits, weights, *_ = model(x)  # (B, classes), attention weights
+        loss = nn.functional.cross_entropy(logits, y)
+        if penalty:
+            loss = loss + penalty * frobenius_penalty(weights).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.steps.append(step)
+        history.loss.append(loss.item())
+        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            accuracy = evaluate_classifier(model, *eval_data, device=device)
             model.train()
             history.eval_steps.append(step)
             history.evals.append(accuracy)

@@ -3,9 +3,12 @@
 - ``vocab``: a character vocabulary with padding, start and end tokens, and padded batches.
 - ``dates``: human-readable dates paired with ISO dates, with a held-out split by calendar day.
 - ``sequences``: copy and reverse tasks of controllable length; the neighbour-labelling task.
+- ``evidence``: classification by a few tokens among distractors, and by one key sentence of a
+  document (chapter 4).
 """
 
 from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
+from attnlab.data.evidence import DocumentTask, EvidenceTask, make_document_task, make_evidence_task
 from attnlab.data.sequences import make_neighbour_task, make_sequence_pairs
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
@@ -13,11 +16,15 @@ __all__ = [
     "DATE_FORMATS",
     "Batch",
     "CharVocab",
+    "DocumentTask",
+    "EvidenceTask",
     "date_spans",
     "detect_format",
     "format_date",
     "make_batch",
     "make_date_pairs",
+    "make_document_task",
+    "make_evidence_task",
     "make_neighbour_task",
     "make_sequence_pairs",
 ]

@@ -1,5 +1,5 @@
-"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``tagger`` (chapter 5),
-``transformer`` (chapter 6)."""
+"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``structured``
+(chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6)."""
 
 from attnlab.models.seq2seq import (
     AttentionDecoder,
@@ -14,6 +14,16 @@ from attnlab.models.seq2seq import (
     Seq2SeqConfig,
     summarize,
 )
+from attnlab.models.structured import (
+    AttentionPool,
+    HierarchicalClassifier,
+    HierarchicalConfig,
+    StructuredClassifier,
+    StructuredConfig,
+    StructuredSelfAttention,
+    frobenius_penalty,
+    hop_overlap,
+)
 from attnlab.models.tagger import POSITIONS, SelfAttentionTagger, TaggerConfig
 from attnlab.models.transformer import (
     KVCache,
@@ -26,10 +36,13 @@ from attnlab.models.transformer import (
 __all__ = [
     "POSITIONS",
     "AttentionDecoder",
+    "AttentionPool",
     "BahdanauDecoder",
     "Decoder",
     "Encoder",
     "EncoderOutput",
+    "HierarchicalClassifier",
+    "HierarchicalConfig",
     "KVCache",
     "LuongDecoder",
     "LuongLocalDecoder",
@@ -37,10 +50,15 @@ __all__ = [
     "Seq2Seq",
     "Seq2SeqConfig",
     "SelfAttentionTagger",
+    "StructuredClassifier",
+    "StructuredConfig",
+    "StructuredSelfAttention",
     "TaggerConfig",
     "Transformer",
     "TransformerConfig",
     "copy_from_torch_transformer",
+    "frobenius_penalty",
+    "hop_overlap",
     "summarize",
     "warmup_schedule",
 ]
