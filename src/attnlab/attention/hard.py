@@ -1,0 +1,102 @@
+"""Hard (stochastic) attention: sample one location, and train it with REINFORCE (chapter 4).
+
+Xu et al. (2015) treat the attended location ``s_t`` as a multinoulli variable with
+probabilities ``alpha_t`` (the soft attention weights) and take the annotation vector there as
+the context. Sampling is not differentiable, so the gradient of the expected reward is estimated
+by REINFORCE: ``E[(R - b) * grad log p(s)]``, with a moving-average baseline ``b`` that lowers
+the variance without adding bias, and an entropy bonus that keeps the distribution from
+collapsing too early.
+
+Shapes: weights ``(B, L)`` over ``L`` locations; values ``(B, L, D)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["MovingAverageBaseline", "attention_entropy", "hard_attend", "reinforce_loss", "sample_location"]
+
+
+def _check_weights(name: str, weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if not isinstance(weights, torch.Tensor) or not weights.dtype.is_floating_point or weights.dim() != 2:
+        got = f"{weights.dtype} {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"{name}: weights must be a floating (B, L) tensor of probabilities, got {got}")
+    if bool((weights < 0).any()) or not bool(torch.isfinite(weights).all()):
+        raise ValueError(f"{name}: weights must be finite and non-negative")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != weights.shape:
+            got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"{name}: mask must be a boolean tensor of shape {tuple(weights.shape)}, got {got}")
+        weights = weights * mask  # masked locations can never be drawn
+    empty = weights.sum(-1) <= 0
+    if bool(empty.any()):
+        raise ValueError(f"{name}: rows {empty.nonzero().flatten().tolist()} have no location left to sample (mask)")
+    return weights / weights.sum(-1, keepdim=True)
+
+
+def sample_location(
+    weights: torch.Tensor, mask: torch.Tensor | None = None, *, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one location per row from ``weights`` (True in ``mask`` = may be drawn).
+
+    Returns ``(index (B,), log_prob (B,))``; ``log_prob`` is differentiable in ``weights``, which
+    is what REINFORCE needs.
+    """
+    probs = _check_weights("sample_location", weights, mask)
+    index = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)  # (B,)
+    log_prob = probs.gather(-1, index[:, None]).squeeze(-1).log()  # (B,)
+    return index, log_prob
+
+
+def hard_attend(
+    weights: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None, *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hard attention: the value at one sampled location, ``(context (B, D), index, log_prob)``."""
+    if not isinstance(values, torch.Tensor) or values.dim() != 3 or values.shape[:2] != weights.shape:
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"hard_attend: values must have shape (B, L, D) with (B, L) = {tuple(weights.shape)}, got {got}")
+    index, log_prob = sample_location(weights, mask, generator=generator)
+    context = values[torch.arange(len(index), device=values.device), index]  # (B, D)
+    return context, index, log_prob
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row, ``-sum p log p`` with ``0 log 0 = 0``: ``(..., L) -> (...)``."""
+    return -(weights * weights.clamp_min(torch.finfo(weights.dtype).tiny).log()).sum(-1)
+
+
+class MovingAverageBaseline:
+    """``b <- decay * b + (1 - decay) * mean(reward)``, as in Xu et al. (decay 0.9)."""
+
+    def __init__(self, decay: float = 0.9):
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
+            raise ValueError(f"MovingAverageBaseline: decay must be in [0, 1), got {decay!r}")
+        self.decay = float(decay)
+        self.value: float | None = None
+
+    def update(self, reward: torch.Tensor) -> float:
+        """Return the baseline to use for this batch (before seeing it), then update it."""
+        current = float(reward.detach().mean())
+        used = current if self.value is None else self.value
+        self.value = current if self.value is None else self.decay * self.value + (1 - self.decay) * current
+        return used
+
+
+def reinforce_loss(
+    log_prob: torch.Tensor, reward: torch.Tensor, baseline: float = 0.0, *,
+    entropy: torch.Tensor | None = None, entropy_weight: float = 0.0,
+) -> torch.Tensor:
+    """Surrogate loss whose gradient is minus the REINFORCE estimate (plus the entropy bonus).
+
+    ``-mean((reward - baseline) * log_prob) - entropy_weight * mean(entropy)``; the reward is
+    treated as a constant. Minimising it follows the estimated gradient of the expected reward.
+    """
+    if not isinstance(log_prob, torch.Tensor) or not isinstance(reward, torch.Tensor) or log_prob.shape != reward.shape:
+        raise ValueError("reinforce_loss: log_prob and reward must be tensors of the same shape (B,)")
+    loss = -((reward.detach() - baseline) * log_prob).mean()
+    if entropy_weight:
+        if entropy is None:
+            raise ValueError("reinforce_loss: entropy_weight needs the entropy of the attention weights")
+        loss = loss - entropy_weight * entropy.mean()
+    return loss
