@@ -335,27 +335,55 @@ def train_tagger(
     _check_positive("train_tagger", batch_size=batch_size, lr=lr)
     if eval_data is not None:
         _check_tagged("train_tagger (eval_data)", model, *eval_data)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits, _ = model(x)  # (B, N, outputs, classes)
+        return nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten())  # (B*N*outputs, classes)
+
+    return _train_on_tensors(model, tokens, targets, loss_of, evaluate_tagger, steps=steps, batch_size=batch_size,
+                             lr=lr, device=device, seed=seed, eval_data=eval_data, eval_every=eval_every,
+                             progress=progress, desc=desc)
+
+
+def _train_on_tensors(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    evaluate: Callable[..., float],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    device: torch.device | str,
+    seed: int,
+    eval_data: tuple[torch.Tensor, torch.Tensor] | None,
+    eval_every: int | None,
+    progress: bool,
+    desc: str,
+) -> TrainHistory:
+    """Adam over shuffled mini-batches of ``(inputs, targets)``, shared by the tagger (chapter 5)
+    and the classifiers (chapter 4): ``loss_of(x, y)`` is the batch loss, ``evaluate(model,
+    tokens, targets, device=...)`` the accuracy recorded every ``eval_every`` steps and at the end."""
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     history = TrainHistory()
     order = torch.empty(0, dtype=torch.long)
-    started, evaluating = time.perf_counter(), 0.0
+    started = time.perf_counter()
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
     for step in bar:
         if len(order) < batch_size:
-            order = torch.randperm(len(tokens), generator=generator)
+            order = torch.randperm(len(inputs), generator=generator)
         index, order = order[:batch_size], order[batch_size:]
-        x, y = tokens[index].to(device), targets[index].to(device)
-        logits, _ = model(x)  # (B, N, outputs, classes)
-        loss = nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten())  # (B*N*outputs, classes)
+        loss = loss_of(inputs[index].to(device), targets[index].to(device))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         history.steps.append(step)
         history.loss.append(loss.item())
         if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            accuracy = evaluate_tagger(model, *eval_data, device=device)
+            accuracy = evaluate(model, *eval_data, device=device)
             model.train()
             history.eval_steps.append(step)
             history.evals.append(accuracy)
@@ -427,33 +455,12 @@ def train_classifier(
         raise ValueError("train_classifier: penalty applies to the hops of a StructuredClassifier only")
     if eval_data is not None:
         _check_classified("train_classifier (eval_data)", model, *eval_data)
-    model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    history = TrainHistory()
-    order = torch.empty(0, dtype=torch.long)
-    started = time.perf_counter()
-    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
-    for step in bar:
-        if len(order) < batch_size:
-            order = torch.randperm(len(tokens), generator=generator)
-        index, order = order[:batch_size], order[batch_size:]
-        x, y = tokens[index].to(device), labels[index].to(device)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits, weights, *_ = model(x)  # (B, classes), attention weights
         loss = nn.functional.cross_entropy(logits, y)
-        if penalty:
-            loss = loss + penalty * frobenius_penalty(weights).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history.steps.append(step)
-        history.loss.append(loss.item())
-        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            accuracy = evaluate_classifier(model, *eval_data, device=device)
-            model.train()
-            history.eval_steps.append(step)
-            history.evals.append(accuracy)
-            bar.set_postfix(loss=f"{loss.item():.3f}", accuracy=f"{accuracy:.3f}")
-    history.seconds = time.perf_counter() - started
-    model.eval()
-    return history
+        return loss + penalty * frobenius_penalty(weights).mean() if penalty else loss
+
+    return _train_on_tensors(model, tokens, labels, loss_of, evaluate_classifier, steps=steps, batch_size=batch_size,
+                             lr=lr, device=device, seed=seed, eval_data=eval_data, eval_every=eval_every,
+                             progress=progress, desc=desc)

@@ -65,6 +65,14 @@ def hop_overlap(weights: torch.Tensor) -> torch.Tensor:
     return pairs[:, off].mean(dim=-1)
 
 
+def _check_sizes(config: object) -> None:
+    """Every field of a size dataclass must be a positive int."""
+    for name in config.__dataclass_fields__:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{type(config).__name__}: {name} must be a positive int, got {value!r}")
+
+
 class StructuredSelfAttention(nn.Module):
     """``r`` hops over a sequence of states: ``A = softmax(W_s2 tanh(W_s1 H^T))``, ``M = A H``."""
 
@@ -93,10 +101,7 @@ class StructuredConfig:
     mlp_dim: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_classes", "embed_dim", "hidden_dim", "attention_dim", "hops", "mlp_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"StructuredConfig: {name} must be a positive int, got {value!r}")
+        _check_sizes(self)
 
 
 class StructuredClassifier(nn.Module):
@@ -150,10 +155,7 @@ class HierarchicalConfig:
     attention_dim: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_classes", "embed_dim", "hidden_dim", "attention_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"HierarchicalConfig: {name} must be a positive int, got {value!r}")
+        _check_sizes(self)
 
 
 class HierarchicalClassifier(nn.Module):
