@@ -1,7 +1,8 @@
-"""Training and evaluating sequence-to-sequence models and token taggers.
+"""Training and evaluating sequence-to-sequence models, captioners, classifiers and taggers.
 
-Introduced in chapter 1 and used by every chapter that trains a translator; chapter 5 adds the
-loop for per-token taggers (``train_tagger``). Training runs for a
+Introduced in chapter 1 and used by every chapter that trains a translator; chapter 4 adds the
+captioners (``train_captioner``, with REINFORCE for hard attention) and the classifiers,
+chapter 5 the loop for per-token taggers (``train_tagger``). Training runs for a
 fixed number of steps (never for a fixed time), so that a seeded run gives the same model, and
 the same printed accuracies, every time on the same machine.
 """
@@ -17,18 +18,27 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from attnlab.attention.hard import MovingAverageBaseline, reinforce_loss
+from attnlab.data.scenes import PAD, START, SceneTask
 from attnlab.data.vocab import CharVocab, make_batch
+from attnlab.models.captioning import CaptionOutput, Captioner, HardCaptioner, region_cells
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
 from attnlab.models.tagger import SelfAttentionTagger
 
 __all__ = [
+    "CaptionEval",
     "EvalResult",
     "TrainHistory",
     "accuracy_by_length",
+    "caption_loss",
+    "evaluate_captioner",
     "evaluate_classifier",
     "evaluate_seq2seq",
     "evaluate_tagger",
+    "gradient_noise",
+    "shift_captions",
+    "train_captioner",
     "train_classifier",
     "train_seq2seq",
     "train_tagger",
@@ -464,3 +474,241 @@ def train_classifier(
     return _train_on_tensors(model, tokens, labels, loss_of, evaluate_classifier, steps=steps, batch_size=batch_size,
                              lr=lr, device=device, seed=seed, eval_data=eval_data, eval_every=eval_every,
                              progress=progress, desc=desc)
+
+
+# Captioning with soft and hard attention (chapter 4, part 1) ----------------------------------
+
+
+@dataclass
+class CaptionEval:
+    """Greedy captions of a ``SceneTask``, scored.
+
+    ``exact_match``: share of captions equal to the reference, ``<end>`` included.
+    ``token_accuracy``: share of reference positions (``<end>`` included) predicted right.
+    ``grounding``: share of object words (colours and shapes) generated right whose largest
+    attention weight falls on the layout cell of the object they name; ``grounded_words`` how
+    many such words there were. ``tokens (n, T)`` and ``weights (n, T, L)``: what was generated.
+    """
+
+    exact_match: float
+    token_accuracy: float
+    grounding: float
+    grounded_words: int
+    tokens: torch.Tensor
+    weights: torch.Tensor
+
+
+def _check_captioner(name: str, model: nn.Module, task: SceneTask | None) -> None:
+    if not isinstance(model, Captioner):
+        raise TypeError(f"{name}: model must be a SoftCaptioner or HardCaptioner, got {type(model).__name__}")
+    if task is None:
+        return
+    if not isinstance(task, SceneTask):
+        raise TypeError(f"{name}: the data must be a SceneTask (make_scenes), got {type(task).__name__}")
+    if task.images.shape[-1] != model.config.image_size:
+        raise ValueError(f"{name}: the model expects {model.config.image_size}-pixel images, the scenes have "
+                         f"{task.images.shape[-1]}")
+    if model.config.grid % task.grid:
+        raise ValueError(f"{name}: the model's grid ({model.config.grid}) must be a multiple of the scenes' layout "
+                         f"grid ({task.grid})")
+
+
+def shift_captions(captions: torch.Tensor) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: ``<start>`` then the caption without its last token."""
+    start = torch.full_like(captions[:, :1], START)  # (B, 1)
+    return torch.cat([start, captions[:, :-1]], dim=1)  # (B, T)
+
+
+@torch.no_grad()
+def evaluate_captioner(
+    model: Captioner, task: SceneTask, *, device: torch.device | str = "cpu", batch_size: int = 500
+) -> CaptionEval:
+    """Greedy captions of every scene in ``task``, scored (chapter 4). Hard models attend to the
+    most likely location (eval mode)."""
+    _check_captioner("evaluate_captioner", model, task)
+    model.to(device).eval()
+    T = task.captions.shape[1]
+    outputs = [model.generate(task.images[i : i + batch_size].to(device), T) for i in range(0, len(task), batch_size)]
+    tokens = torch.cat([o.tokens for o in outputs]).cpu()  # type: ignore[misc]  # (n, T)
+    weights = torch.cat([o.weights for o in outputs]).cpu()  # (n, T, L)
+    real = task.captions != PAD  # (n, T)
+    right = tokens == task.captions
+    exact = (right | ~real).all(dim=1).float().mean().item()
+    token_accuracy = (right & real).sum().item() / real.sum().item()
+    objects = (task.cells >= 0) & right  # object words generated right
+    looked_at = region_cells(model.config, task.grid)[weights.argmax(-1)]  # (n, T): cell of the largest weight
+    hits = (looked_at == task.cells)[objects]
+    grounding = hits.float().mean().item() if len(hits) else float("nan")
+    return CaptionEval(exact, token_accuracy, grounding, len(hits), tokens, weights)
+
+
+def _caption_nll(out: CaptionOutput, captions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Negative log-likelihood of each word ``(B, T)`` (0 on padding), and the mask of real words."""
+    real = captions != PAD  # (B, T)
+    return nn.functional.cross_entropy(out.logits.transpose(1, 2), captions, reduction="none") * real, real
+
+
+def _location_reward(nll: torch.Tensor, reward: str) -> torch.Tensor:
+    """Reward of the location drawn at each step ``(B, T)``: log-likelihood of the caption, or of
+    its words from that step on."""
+    log_likelihood = -nll.detach()  # (B, T)
+    if reward == "sequence":
+        return log_likelihood.sum(dim=1, keepdim=True).expand_as(log_likelihood)  # same reward at every step
+    return log_likelihood.flip(1).cumsum(1).flip(1)  # (B, T): sum over steps t' >= t
+
+
+def caption_loss(
+    model: Captioner,
+    images: torch.Tensor,
+    captions: torch.Tensor,
+    *,
+    baseline: MovingAverageBaseline | torch.Tensor | None = None,
+    reward: str = "to_go",
+    entropy_weight: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, CaptionOutput]:
+    """The training loss of a captioner on one batch (chapter 4).
+
+    The cross-entropy of the caption, averaged over its words. For a hard model in training mode
+    (sampled locations) it adds the REINFORCE term of Xu et al. (eq. 12): the reward of the
+    location drawn at step ``t`` is the log-likelihood of the caption, ``reward="sequence"`` (as
+    in the paper), or of its words from ``t`` on, ``reward="to_go"`` (the words before ``t`` do
+    not depend on it: same expectation, less noise); minus ``baseline`` (a
+    ``MovingAverageBaseline`` updated here, a fixed ``(T,)`` tensor, or none); plus the entropy
+    bonus.
+    """
+    _check_captioner("caption_loss", model, None)
+    if reward not in ("to_go", "sequence"):
+        raise ValueError(f"caption_loss: reward must be 'to_go' or 'sequence', got {reward!r}")
+    out = model(images, shift_captions(captions), generator=generator)
+    nll, real = _caption_nll(out, captions)
+    loss = nll.sum() / real.sum()
+    if out.log_prob is None:
+        return loss, out
+    gain = _location_reward(nll, reward)
+    b: float | torch.Tensor = 0.0
+    if isinstance(baseline, MovingAverageBaseline):
+        b = baseline.update(gain, real)
+    elif baseline is not None:
+        b = baseline
+    return loss + reinforce_loss(out.log_prob, gain, b, entropy=out.entropy(), entropy_weight=entropy_weight,
+                                 mask=real), out
+
+
+def train_captioner(
+    model: Captioner,
+    task: SceneTask,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    reward: str = "to_go",
+    baseline_decay: float | None = 0.9,
+    entropy_weight: float = 0.01,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    eval_data: SceneTask | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """Train a soft or hard captioner with Adam for ``steps`` mini-batches (chapter 4).
+
+    The loss is ``caption_loss``; for a hard model, with a ``MovingAverageBaseline`` of decay
+    ``baseline_decay`` (``None``: no baseline) and the entropy bonus ``entropy_weight``.
+    ``history.evals`` holds a ``CaptionEval`` of ``eval_data`` every ``eval_every`` steps and
+    after the last; ``history.eval_seconds`` the training time (evaluations excluded) at each.
+    """
+    _check_captioner("train_captioner", model, task)
+    _check_steps("train_captioner", steps, eval_every)
+    _check_positive("train_captioner", batch_size=batch_size, lr=lr)
+    if baseline_decay is not None and (isinstance(baseline_decay, bool) or not isinstance(baseline_decay, (int, float))):
+        raise ValueError(f"train_captioner: baseline_decay must be a number in [0, 1) or None, got {baseline_decay!r}")
+    if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) or entropy_weight < 0:
+        raise ValueError(f"train_captioner: entropy_weight must be a non-negative number, got {entropy_weight!r}")
+    if eval_data is not None:
+        _check_captioner("train_captioner (eval_data)", model, eval_data)
+    baseline = None if baseline_decay is None else MovingAverageBaseline(baseline_decay)
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    order_generator = torch.Generator().manual_seed(seed)
+    sample_generator = torch.Generator(device=device).manual_seed(seed)
+    history = TrainHistory()
+    order = torch.empty(0, dtype=torch.long)
+    started, evaluating = time.perf_counter(), 0.0
+    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        if len(order) < batch_size:
+            order = torch.randperm(len(task), generator=order_generator)
+        index, order = order[:batch_size], order[batch_size:]
+        loss, _ = caption_loss(model, task.images[index].to(device), task.captions[index].to(device),
+                               baseline=baseline, reward=reward, entropy_weight=entropy_weight,
+                               generator=sample_generator)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        history.steps.append(step)
+        history.loss.append(loss.item())
+        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            before = time.perf_counter()
+            result = evaluate_captioner(model, eval_data, device=device)
+            evaluating += time.perf_counter() - before
+            model.train()
+            history.eval_steps.append(step)
+            history.evals.append(result)
+            history.eval_seconds.append(time.perf_counter() - started - evaluating)
+            bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{result.exact_match:.3f}")
+    history.seconds = time.perf_counter() - started
+    model.eval()
+    return history
+
+
+def gradient_noise(
+    model: Captioner,
+    task: SceneTask,
+    *,
+    batches: int = 20,
+    batch_size: int = 64,
+    reward: str = "to_go",
+    baseline: bool = True,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> float:
+    """Noise of the gradient that reaches the attention MLP ``f_att`` (chapter 4).
+
+    Draws ``batches`` mini-batches, computes the gradient of ``caption_loss`` (no entropy bonus)
+    with respect to ``f_att``'s parameters on each, and returns the relative variance
+    ``E||g - mean g||^2 / ||mean g||^2``: 0 for a gradient that never changes; above 1 when the
+    noise is larger than the signal. A hard model samples its locations (training mode); its
+    ``baseline``, when used, is the mean reward per step over the same batches, computed first.
+    """
+    _check_captioner("gradient_noise", model, task)
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 2:
+        raise ValueError(f"gradient_noise: batches must be an int >= 2, got {batches!r}")
+    model.to(device).train()
+    g = torch.Generator().manual_seed(seed)
+    picks = [torch.randint(0, len(task), (batch_size,), generator=g) for _ in range(batches)]
+    sampler = torch.Generator(device=device).manual_seed(seed)
+    fixed: torch.Tensor | None = None
+    if baseline and isinstance(model, HardCaptioner):
+        state = sampler.get_state()
+        total, count = torch.zeros(()), torch.zeros(())
+        with torch.no_grad():
+            for index in picks:
+                captions = task.captions[index].to(device)
+                out = model(task.images[index].to(device), shift_captions(captions), generator=sampler)
+                nll, real = _caption_nll(out, captions)
+                total = total + (_location_reward(nll, reward) * real).sum(0).cpu()  # (T,)
+                count = count + real.sum(0).cpu()
+        fixed = (total / count.clamp_min(1)).to(device)  # mean reward per step
+        sampler.set_state(state)  # the measured batches draw the same locations
+    params = list(model.f_att.parameters())
+    grads = []
+    for index in picks:
+        loss, _ = caption_loss(model, task.images[index].to(device), task.captions[index].to(device),
+                               baseline=fixed, reward=reward, generator=sampler)
+        grads.append(torch.cat([p.flatten() for p in torch.autograd.grad(loss, params)]))
+    model.eval()
+    stacked = torch.stack(grads)  # (batches, P)
+    mean = stacked.mean(0)
+    return ((stacked - mean).pow(2).sum(1).mean() / mean.pow(2).sum()).item()

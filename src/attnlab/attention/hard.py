@@ -67,36 +67,63 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
 
 
 class MovingAverageBaseline:
-    """``b <- decay * b + (1 - decay) * mean(reward)``, as in Xu et al. (decay 0.9)."""
+    """``b <- decay * b + (1 - decay) * mean(reward)``, as in Xu et al. (decay 0.9).
+
+    ``reward (B,)`` gives one number; ``reward (B, T)`` one per step ``t`` (a reward counted from
+    step ``t`` on), averaged over the rows where ``mask (B, T)`` is True.
+    """
 
     def __init__(self, decay: float = 0.9):
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
             raise ValueError(f"MovingAverageBaseline: decay must be in [0, 1), got {decay!r}")
         self.decay = float(decay)
-        self.value: float | None = None
+        self.value: float | torch.Tensor | None = None
 
-    def update(self, reward: torch.Tensor) -> float:
+    def update(self, reward: torch.Tensor, mask: torch.Tensor | None = None) -> float | torch.Tensor:
         """Return the baseline to use for this batch (before seeing it), then update it."""
-        current = float(reward.detach().mean())
+        if not isinstance(reward, torch.Tensor) or reward.dim() not in (1, 2) or len(reward) == 0:
+            got = tuple(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
+            raise ValueError(f"MovingAverageBaseline.update: reward must be a (B,) or (B, T) tensor, got {got}")
+        reward = reward.detach()
+        current: float | torch.Tensor
+        if reward.dim() == 1:
+            current = float(reward.mean())
+        else:
+            if mask is None:
+                mask = torch.ones_like(reward, dtype=torch.bool)
+            if not isinstance(mask, torch.Tensor) or mask.shape != reward.shape or mask.dtype != torch.bool:
+                raise ValueError(f"MovingAverageBaseline.update: mask must be a boolean tensor of shape "
+                                 f"{tuple(reward.shape)}")
+            current = (reward * mask).sum(0) / mask.sum(0).clamp_min(1)  # (T,)
+            if self.value is not None and (not isinstance(self.value, torch.Tensor) or self.value.shape != current.shape):
+                raise ValueError("MovingAverageBaseline.update: reward changed shape since the last batch")
         used = current if self.value is None else self.value
         self.value = current if self.value is None else self.decay * self.value + (1 - self.decay) * current
         return used
 
 
 def reinforce_loss(
-    log_prob: torch.Tensor, reward: torch.Tensor, baseline: float = 0.0, *,
-    entropy: torch.Tensor | None = None, entropy_weight: float = 0.0,
+    log_prob: torch.Tensor, reward: torch.Tensor, baseline: float | torch.Tensor = 0.0, *,
+    entropy: torch.Tensor | None = None, entropy_weight: float = 0.0, mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Surrogate loss whose gradient is minus the REINFORCE estimate (plus the entropy bonus).
 
     ``-mean((reward - baseline) * log_prob) - entropy_weight * mean(entropy)``; the reward is
     treated as a constant. Minimising it follows the estimated gradient of the expected reward.
+    Shapes: ``(B,)`` (one decision per row), or ``(B, T)`` (one per step, with the reward counted
+    from that step on); ``mask`` (same shape, boolean) drops padded steps from both means.
     """
     if not isinstance(log_prob, torch.Tensor) or not isinstance(reward, torch.Tensor) or log_prob.shape != reward.shape:
-        raise ValueError("reinforce_loss: log_prob and reward must be tensors of the same shape (B,)")
-    loss = -((reward.detach() - baseline) * log_prob).mean()
+        raise ValueError("reinforce_loss: log_prob and reward must be tensors of the same shape, (B,) or (B, T)")
+    if mask is None:
+        mask = torch.ones_like(log_prob, dtype=torch.bool)
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != log_prob.shape:
+        raise ValueError(f"reinforce_loss: mask must be a boolean tensor of shape {tuple(log_prob.shape)}")
+    count = mask.sum().clamp_min(1)
+    loss = -((reward.detach() - baseline) * log_prob * mask).sum() / count
     if entropy_weight:
-        if entropy is None:
-            raise ValueError("reinforce_loss: entropy_weight needs the entropy of the attention weights")
-        loss = loss - entropy_weight * entropy.mean()
+        if entropy is None or entropy.shape != mask.shape:
+            raise ValueError(f"reinforce_loss: entropy_weight needs the entropy of the attention weights, shape "
+                             f"{tuple(mask.shape)}")
+        loss = loss - entropy_weight * (entropy * mask).sum() / count
     return loss

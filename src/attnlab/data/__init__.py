@@ -5,14 +5,31 @@
 - ``sequences``: copy and reverse tasks of controllable length; the neighbour-labelling task.
 - ``evidence``: classification by a few tokens among distractors, and by one key sentence of a
   document (chapter 4).
+- ``scenes``: small images of coloured shapes with captions in reading order (chapter 4).
 """
 
 from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
 from attnlab.data.evidence import DocumentTask, EvidenceTask, make_document_task, make_evidence_task
+from attnlab.data.scenes import (
+    COLOURS,
+    SCENE_WORDS,
+    SHAPES,
+    SceneTask,
+    caption_text,
+    make_scene_splits,
+    make_scenes,
+)
 from attnlab.data.sequences import make_neighbour_task, make_sequence_pairs
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
 __all__ = [
+    "COLOURS",
+    "SCENE_WORDS",
+    "SHAPES",
+    "SceneTask",
+    "caption_text",
+    "make_scene_splits",
+    "make_scenes",
     "DATE_FORMATS",
     "Batch",
     "CharVocab",

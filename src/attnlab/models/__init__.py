@@ -1,6 +1,15 @@
-"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``structured``
-(chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6)."""
+"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``captioning`` and
+``structured`` (chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6)."""
 
+from attnlab.models.captioning import (
+    CaptionerConfig,
+    CaptionOutput,
+    Captioner,
+    ConvEncoder,
+    HardCaptioner,
+    SoftCaptioner,
+    region_cells,
+)
 from attnlab.models.seq2seq import (
     AttentionDecoder,
     BahdanauDecoder,
@@ -37,10 +46,15 @@ __all__ = [
     "POSITIONS",
     "AttentionDecoder",
     "AttentionPool",
+    "CaptionOutput",
+    "Captioner",
+    "CaptionerConfig",
+    "ConvEncoder",
     "BahdanauDecoder",
     "Decoder",
     "Encoder",
     "EncoderOutput",
+    "HardCaptioner",
     "HierarchicalClassifier",
     "HierarchicalConfig",
     "KVCache",
@@ -50,6 +64,7 @@ __all__ = [
     "Seq2Seq",
     "Seq2SeqConfig",
     "SelfAttentionTagger",
+    "SoftCaptioner",
     "StructuredClassifier",
     "StructuredConfig",
     "StructuredSelfAttention",
@@ -59,6 +74,7 @@ __all__ = [
     "copy_from_torch_transformer",
     "frobenius_penalty",
     "hop_overlap",
+    "region_cells",
     "summarize",
     "warmup_schedule",
 ]
