@@ -83,7 +83,7 @@ def test_captioner_shapes_and_weights(kind, device):
     task = make_scenes(5, grid=4, seed=0)
     images, captions = task.images.to(device), task.captions.to(device)
     annotations = model.encoder(images)
-    assert annotations.shape == (5, 16, 64)
+    assert annotations.shape == (5, 16, 32)
     model.train()
     out = model(images, shift_captions(captions), generator=torch.Generator(device=device).manual_seed(0))
     assert out.logits.shape == (5, 9, len(SCENE_WORDS)) and out.weights.shape == (5, 9, 16)

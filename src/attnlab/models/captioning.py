@@ -34,8 +34,8 @@ __all__ = ["CaptionOutput", "Captioner", "CaptionerConfig", "ConvEncoder", "Hard
 class CaptionerConfig:
     """Sizes of the captioner.
 
-    The encoder has one 3x3 convolution + ReLU per entry of ``channels``, a 2x2 max-pool between
-    them, and a final max-pool to a ``grid x grid`` map: ``L = grid**2`` regions of
+    The encoder has one 3x3 convolution + ReLU per entry of ``channels``, each but the last with
+    stride 2, and a final max-pool to a ``grid x grid`` map: ``L = grid**2`` regions of
     ``D = channels[-1]`` numbers. ``image_size / 2**(len(channels) - 1)`` must be a multiple of
     ``grid`` so that every region covers the same square of pixels. ``init_from_mean``: start
     the LSTM from the mean annotation, as Xu et al. do; by default it starts from zeros, so that
@@ -44,7 +44,7 @@ class CaptionerConfig:
 
     image_size: int = 48
     grid: int = 4
-    channels: tuple[int, ...] = (16, 64)
+    channels: tuple[int, ...] = (16, 32)
     vocab_size: int = len(SCENE_WORDS)
     embed_dim: int = 32
     hidden_dim: int = 128
@@ -87,10 +87,10 @@ class ConvEncoder(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         previous = 3
+        last = len(config.channels) - 1
         for i, width in enumerate(config.channels):
-            if i:
-                layers.append(nn.MaxPool2d(2))
-            layers += [nn.Conv2d(previous, width, 3, padding=1), nn.ReLU()]
+            stride = 1 if i == last else 2  # halve the resolution, except in the last layer
+            layers += [nn.Conv2d(previous, width, 3, stride=stride, padding=1), nn.ReLU()]
             previous = width
         layers.append(nn.AdaptiveMaxPool2d(config.grid))
         self.cnn = nn.Sequential(*layers)
