@@ -70,9 +70,10 @@ class EvalResult:
 class TrainHistory:
     """What happened during training: the loss every step, evaluations every ``eval_every`` steps.
 
-    ``evals`` holds an ``EvalResult`` per evaluation for translators, an accuracy for taggers.
-    ``seconds`` is the whole wall time; ``eval_seconds[i]`` the time spent training (evaluations
-    excluded) when ``evals[i]`` was taken, for "time to reach a quality" (``train_seq2seq`` only).
+    ``evals`` holds an ``EvalResult`` per evaluation for translators, a ``CaptionEval`` for
+    captioners, an accuracy for taggers and classifiers. ``seconds`` is the whole wall time;
+    ``eval_seconds[i]`` the time spent training (evaluations excluded) when ``evals[i]`` was
+    taken, for "time to reach a quality".
     """
 
     steps: list[int] = field(default_factory=list)
@@ -360,27 +361,29 @@ def _train_on_tensors(
     inputs: torch.Tensor,
     targets: torch.Tensor,
     loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    evaluate: Callable[..., float],
+    evaluate: Callable[..., Any],
     *,
     steps: int,
     batch_size: int,
     lr: float,
     device: torch.device | str,
     seed: int,
-    eval_data: tuple[torch.Tensor, torch.Tensor] | None,
+    eval_data: tuple[Any, ...] | None,
     eval_every: int | None,
     progress: bool,
     desc: str,
 ) -> TrainHistory:
-    """Adam over shuffled mini-batches of ``(inputs, targets)``, shared by the tagger (chapter 5)
-    and the classifiers (chapter 4): ``loss_of(x, y)`` is the batch loss, ``evaluate(model,
-    tokens, targets, device=...)`` the accuracy recorded every ``eval_every`` steps and at the end."""
+    """Adam over shuffled mini-batches of ``(inputs, targets)``, shared by the tagger (chapter 5),
+    the classifiers and the captioners (chapter 4): ``loss_of(x, y)`` is the batch loss,
+    ``evaluate(model, *eval_data, device=...)`` the result recorded every ``eval_every`` steps
+    and at the end (an accuracy, or a ``CaptionEval``), with the training time so far in
+    ``history.eval_seconds`` (evaluations excluded)."""
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     history = TrainHistory()
     order = torch.empty(0, dtype=torch.long)
-    started = time.perf_counter()
+    started, evaluating = time.perf_counter(), 0.0
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
     for step in bar:
         if len(order) < batch_size:
@@ -393,11 +396,15 @@ def _train_on_tensors(
         history.steps.append(step)
         history.loss.append(loss.item())
         if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            accuracy = evaluate(model, *eval_data, device=device)
+            before = time.perf_counter()
+            result = evaluate(model, *eval_data, device=device)
+            evaluating += time.perf_counter() - before
             model.train()
             history.eval_steps.append(step)
-            history.evals.append(accuracy)
-            bar.set_postfix(loss=f"{loss.item():.3f}", accuracy=f"{accuracy:.3f}")
+            history.evals.append(result)
+            history.eval_seconds.append(time.perf_counter() - started - evaluating)
+            score = {"exact": result.exact_match} if isinstance(result, CaptionEval) else {"accuracy": result}
+            bar.set_postfix(loss=f"{loss.item():.3f}", **{k: f"{v:.3f}" for k, v in score.items()})
     history.seconds = time.perf_counter() - started
     model.eval()
     return history
@@ -629,38 +636,19 @@ def train_captioner(
     if eval_data is not None:
         _check_captioner("train_captioner (eval_data)", model, eval_data)
     baseline = None if baseline_decay is None else MovingAverageBaseline(baseline_decay)
-    model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    order_generator = torch.Generator().manual_seed(seed)
-    sample_generator = torch.Generator(device=device).manual_seed(seed)
-    history = TrainHistory()
-    order = torch.empty(0, dtype=torch.long)
-    started, evaluating = time.perf_counter(), 0.0
-    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
-    for step in bar:
-        if len(order) < batch_size:
-            order = torch.randperm(len(task), generator=order_generator)
-        index, order = order[:batch_size], order[batch_size:]
-        loss, _ = caption_loss(model, task.images[index].to(device), task.captions[index].to(device),
-                               baseline=baseline, reward=reward, entropy_weight=entropy_weight,
-                               generator=sample_generator)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history.steps.append(step)
-        history.loss.append(loss.item())
-        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            before = time.perf_counter()
-            result = evaluate_captioner(model, eval_data, device=device)
-            evaluating += time.perf_counter() - before
-            model.train()
-            history.eval_steps.append(step)
-            history.evals.append(result)
-            history.eval_seconds.append(time.perf_counter() - started - evaluating)
-            bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{result.exact_match:.3f}")
-    history.seconds = time.perf_counter() - started
-    model.eval()
-    return history
+    sampler = torch.Generator(device=device).manual_seed(seed)  # hard attention's locations
+
+    def loss_of(images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
+        return caption_loss(model, images, captions, baseline=baseline, reward=reward,
+                            entropy_weight=entropy_weight, generator=sampler)[0]
+
+    def evaluate(model: Captioner, task: SceneTask, device: torch.device | str) -> CaptionEval:
+        return evaluate_captioner(model, task, device=device)
+
+    return _train_on_tensors(model, task.images, task.captions, loss_of, evaluate, steps=steps,
+                             batch_size=batch_size, lr=lr, device=device, seed=seed,
+                             eval_data=None if eval_data is None else (eval_data,), eval_every=eval_every,
+                             progress=progress, desc=desc)
 
 
 def gradient_noise(

@@ -179,7 +179,8 @@ def test_soft_captioner_learns_single_objects_and_looks_at_them():
     history = train_captioner(model, train, steps=150, lr=1e-2, eval_data=test, progress=False)
     result = history.evals[-1]
     assert result.token_accuracy > 0.9 and result.grounding > 0.9  # chance: 1/2 of the words, 1/4 of the cells
-    assert history.eval_steps == [150] and len(history.loss) == 150
+    assert history.eval_steps == [150] and len(history.loss) == 150 and len(history.eval_seconds) == 1
+    assert 0 < history.eval_seconds[0] <= history.seconds
     assert result.tokens.shape == (200, 3) and result.weights.shape == (200, 3, 4)
 
 
