@@ -76,3 +76,18 @@ def test_a_tampered_chapter_fails(tmp_path):
     result = _nbval(chapter)
     assert result.returncode != 0, "nbval accepted a tampered chapter"
     assert "1 failed" in result.stdout, result.stdout[-3000:]
+
+
+def test_nbval_waits_long_enough_for_a_busy_kernel(tmp_path):
+    """The root conftest.py raises nbval's hard-coded 5 s wait for a cell's output messages."""
+    from nbval.plugin import IPyNbCell
+
+    assert getattr(IPyNbCell, "_attnlab_patient", False), "conftest.py did not patch nbval"
+    notebook = tmp_path / "slow_output.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('done')")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="done\n")]
+    nb.cells[0].execution_count = 1
+    nbformat.write(nb, notebook)
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")  # as when running from the repository
+    result = _nbval(notebook)
+    assert result.returncode == 0, result.stdout + result.stderr
