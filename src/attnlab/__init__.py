@@ -24,4 +24,16 @@ __all__ = [
     "plot_attention",
     "set_seed",
 ]
-__version__ = "0.1.0"
+
+
+def _installed_version() -> str:
+    """The version in pyproject.toml, the one place it is written, as installed by pip."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attnlab")
+    except PackageNotFoundError:  # imported from a source tree that pip never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()

@@ -6,6 +6,7 @@ package takes its device and its random generator as arguments.
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -16,27 +17,52 @@ __all__ = ["get_device", "set_seed"]
 _DEVICE_NAMES = ("cuda", "mps", "cpu")
 
 
-def set_seed(seed: int) -> None:
+# cuBLAS gives the same bits twice only with a fixed workspace per stream; PyTorch reads this
+# variable and, in deterministic mode, raises on a CUDA matmul when it is unset (see PyTorch's
+# "Reproducibility" notes). ":4096:8" is the larger of the two documented values (8 buffers of
+# 4 MiB, about 32 MiB of GPU memory per stream); ":16:8" saves memory and may cost speed.
+_CUBLAS_WORKSPACE_CONFIG = ":4096:8"
+
+
+def set_seed(seed: int, *, deterministic: bool = False) -> None:
     """Seed Python's, NumPy's and PyTorch's random generators (CPU and every CUDA device).
 
     Defined in the chapter "Preliminaries". Calling it with the same seed makes everything
-    that follows in a chapter reproducible on the same machine and library versions.
+    that follows in a chapter reproducible on the same machine and library versions. On a CPU
+    that is all it takes; on a GPU some kernels (atomic adds in scatter and index_add, some
+    cuDNN and cuBLAS algorithms) may still add in a different order from run to run, so the
+    last digits can differ. ``deterministic=True`` rules those out.
 
     Args:
         seed: a non-negative integer below 2**32 (NumPy's limit).
+        deterministic: also make PyTorch choose deterministic algorithms:
+            ``torch.use_deterministic_algorithms(True)``, ``cudnn.deterministic = True``,
+            ``cudnn.benchmark = False``, and ``CUBLAS_WORKSPACE_CONFIG=":4096:8"`` in the
+            environment unless it is already set (cuBLAS needs it, and it must be set before
+            the first CUDA matmul: call this first, as the setup cell does). It is slower on a
+            GPU, and an operation that has no deterministic implementation then raises a
+            ``RuntimeError`` naming it. ``False`` (the default) leaves these settings as they are.
 
     Raises:
-        TypeError: ``seed`` is not an integer (``bool`` is refused too).
+        TypeError: ``seed`` is not an integer (``bool`` is refused too), or ``deterministic``
+            is not a ``bool``.
         ValueError: ``seed`` is negative or not below 2**32.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"set_seed: seed must be an int, got {type(seed).__name__} ({seed!r})")
     if not 0 <= seed < 2**32:
         raise ValueError(f"set_seed: seed must be in [0, 2**32), got {seed}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"set_seed: deterministic must be a bool, got {type(deterministic).__name__}")
     seed = int(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", _CUBLAS_WORKSPACE_CONFIG)
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
 
 
 def _mps_available() -> bool:

@@ -4,6 +4,11 @@ website without a running kernel.
 
 Introduced in the chapter "Preliminaries"; used for alignments (chapter 2), self-attention
 heads (chapter 5) and the Transformer's layers (chapter 6).
+
+The sliders need ipywidgets 8 for the static website (its ``Stack`` widget, linked to the slider
+in the browser). With ipywidgets 7, which Colab ships (7.7.1) and which has no ``Stack``, they
+fall back to one picture that the running kernel swaps when the slider moves: the same figures,
+the same sliders, but only where a kernel runs, which on Colab it always does.
 """
 
 from __future__ import annotations
@@ -149,6 +154,28 @@ def _png(figure: Figure, dpi: int) -> bytes:
     return buffer.getvalue()
 
 
+def _browser_links_available() -> bool:
+    """Whether this ipywidgets has ``Stack`` (version 8 on), which a slider can select from in
+    the browser. ipywidgets 7 (Colab's 7.7.1) has not."""
+    return hasattr(widgets, "Stack")
+
+
+def _picture_for(pictures: Callable[[], bytes], sliders: Sequence[widgets.Widget]) -> widgets.Image:
+    """ipywidgets 7's stand-in for a Stack: one Image whose picture the kernel swaps.
+
+    ``pictures()`` returns the PNG for the sliders' current positions; it is called again
+    whenever one of ``sliders`` moves (through the running kernel, as ``interact`` does).
+    """
+    image = widgets.Image(value=pictures(), format="png")
+
+    def show(_change: Any) -> None:
+        image.value = pictures()
+
+    for slider in sliders:
+        slider.observe(show, names="index")
+    return image
+
+
 def figure_slider(
     draw: Callable[[Any], Figure],
     values: Sequence[Any],
@@ -163,7 +190,8 @@ def figure_slider(
     closed; the slider selects among them in the browser (``ipywidgets.jslink``), so the
     widget also works on the static website, where no kernel runs. Use it for a handful of
     values (a temperature, a head, a layer); use ``ipywidgets.interact`` when the reader should
-    type arbitrary input.
+    type arbitrary input. With ipywidgets 7 (Colab's), which has no ``Stack``, the slider
+    swaps one picture through the running kernel instead (see the module's docstring).
 
     Args:
         draw: a function of one value that returns a Matplotlib figure.
@@ -173,7 +201,8 @@ def figure_slider(
         dpi: resolution of the rendered figures.
 
     Returns:
-        A ``VBox`` holding the slider and a ``Stack`` of ``Image`` widgets.
+        A ``VBox`` holding the slider and a ``Stack`` of ``Image`` widgets (ipywidgets 8), or
+        the slider and one ``Image`` (ipywidgets 7).
 
     Raises:
         TypeError: ``draw`` is not callable or does not return a figure.
@@ -188,15 +217,19 @@ def figure_slider(
         value = values[0]
     if value not in values:
         raise ValueError(f"figure_slider: value must be one of values {values}, got {value!r}")
-    images = []
+    pictures = []
     for v in values:
         figure = draw(v)
         if not isinstance(figure, Figure):
             raise TypeError(f"figure_slider: draw({v!r}) must return a matplotlib Figure, got {type(figure).__name__}")
-        images.append(widgets.Image(value=_png(figure, dpi), format="png"))
+        pictures.append(_png(figure, dpi))
         plt.close(figure)
     slider = widgets.SelectionSlider(options=values, value=value, description=description, continuous_update=True)
-    stack = widgets.Stack(images, selected_index=values.index(value))
+    if not _browser_links_available():
+        return widgets.VBox([slider, _picture_for(lambda: pictures[slider.index], [slider])])
+    stack = widgets.Stack(
+        [widgets.Image(value=p, format="png") for p in pictures], selected_index=values.index(value)
+    )
     widgets.jslink((slider, "index"), (stack, "selected_index"))
     return widgets.VBox([slider, stack])
 
@@ -215,7 +248,8 @@ def figure_grid(
     Defined in chapter 5 (choose a head and a query token). Like ``figure_slider``, it works on
     the static website: the figures form a ``Stack`` (one per row) of ``Stack``s (one per
     column); the first slider is linked in the browser to the outer stack, the second to every
-    inner stack. It draws ``len(rows) * len(cols)`` figures, so keep both short.
+    inner stack. It draws ``len(rows) * len(cols)`` figures, so keep both short. With
+    ipywidgets 7 (Colab's), the two sliders swap one picture through the running kernel.
 
     Args:
         draw: a function of ``(row, col)`` that returns a Matplotlib figure.
@@ -225,7 +259,8 @@ def figure_grid(
         dpi: resolution of the rendered figures.
 
     Returns:
-        ``VBox([HBox([row_slider, col_slider]), Stack of Stacks of Image])``.
+        ``VBox([HBox([row_slider, col_slider]), Stack of Stacks of Image])`` (ipywidgets 8), or
+        ``VBox([HBox([row_slider, col_slider]), Image])`` (ipywidgets 7).
 
     Raises:
         TypeError: ``draw`` is not callable or does not return a figure.
@@ -243,26 +278,33 @@ def figure_grid(
         value = (rows[0], cols[0])
     if not (isinstance(value, tuple) and len(value) == 2 and value[0] in rows and value[1] in cols):
         raise ValueError(f"figure_grid: value must be a pair (row, col) from rows {rows} and cols {cols}, got {value!r}")
-    inner = []
+    pictures = []  # pictures[i][j] is draw(rows[i], cols[j])
     for r in rows:
-        images = []
+        pictures.append([])
         for c in cols:
             figure = draw(r, c)
             if not isinstance(figure, Figure):
                 raise TypeError(
                     f"figure_grid: draw({r!r}, {c!r}) must return a matplotlib Figure, got {type(figure).__name__}"
                 )
-            images.append(widgets.Image(value=_png(figure, dpi), format="png"))
+            pictures[-1].append(_png(figure, dpi))
             plt.close(figure)
-        inner.append(widgets.Stack(images, selected_index=cols.index(value[1])))
-    outer = widgets.Stack(inner, selected_index=rows.index(value[0]))
     row_slider = widgets.SelectionSlider(
         options=rows, value=value[0], description=descriptions[0], continuous_update=True
     )
     col_slider = widgets.SelectionSlider(
         options=cols, value=value[1], description=descriptions[1], continuous_update=True
     )
+    sliders = widgets.HBox([row_slider, col_slider])
+    if not _browser_links_available():
+        image = _picture_for(lambda: pictures[row_slider.index][col_slider.index], [row_slider, col_slider])
+        return widgets.VBox([sliders, image])
+    inner = [
+        widgets.Stack([widgets.Image(value=p, format="png") for p in row], selected_index=cols.index(value[1]))
+        for row in pictures
+    ]
+    outer = widgets.Stack(inner, selected_index=rows.index(value[0]))
     widgets.jslink((row_slider, "index"), (outer, "selected_index"))
     for stack in inner:
         widgets.jslink((col_slider, "index"), (stack, "selected_index"))
-    return widgets.VBox([widgets.HBox([row_slider, col_slider]), outer])
+    return widgets.VBox([sliders, outer])

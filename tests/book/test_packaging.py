@@ -51,3 +51,96 @@ def test_npm_assets_are_pinned_and_locked():
     for name, version in package["dependencies"].items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name}@{version} is not an exact version"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+# --- the package's declared dependencies ----------------------------------------------------
+# `import attnlab` once needed tqdm, which pyproject.toml did not declare: on a machine without
+# it, `pip install attnlab` succeeded and the first import failed. These tests read the imports
+# of every module of src/attnlab (also those inside functions) and compare them with
+# pyproject.toml, in both directions.
+
+SRC = ROOT / "src" / "attnlab"
+COLAB_VERSIONS = Path(__file__).with_name("colab_versions.txt")
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level module name -> the files of src/attnlab that import it (stdlib and attnlab dropped)."""
+    import ast
+    import sys
+
+    found: dict[str, set[str]] = {}
+    modules = sorted(SRC.rglob("*.py"))
+    assert len(modules) > 10, f"found only {len(modules)} modules under {SRC}"
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue  # relative imports stay inside the package
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "attnlab":
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def _distribution_of(module: str) -> str:
+    """The distribution that provides an import name, as this environment knows it (PyYAML for
+    yaml, Pillow for PIL, ...); the name itself when nothing installed provides it."""
+    from importlib.metadata import packages_distributions
+
+    from packaging.utils import canonicalize_name
+
+    dists = packages_distributions().get(module, [module])
+    assert len(set(dists)) == 1, f"import {module} is provided by several distributions: {dists}"
+    return canonicalize_name(dists[0])
+
+
+def _declared() -> dict[str, "Requirement"]:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    reqs = [Requirement(d) for d in project["dependencies"]]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def test_every_third_party_import_of_the_package_is_declared():
+    imports = _third_party_imports()
+    assert {"torch", "numpy", "matplotlib", "ipywidgets", "tqdm"} <= set(imports), imports  # the scan works
+    declared = _declared()
+    missing = {
+        f"{module} (distribution {_distribution_of(module)}), imported by {sorted(files)}"
+        for module, files in imports.items()
+        if _distribution_of(module) not in declared
+    }
+    assert not missing, f"pyproject.toml's dependencies do not declare: {sorted(missing)}"
+
+
+def test_every_declared_dependency_is_imported():
+    used = {_distribution_of(m) for m in _third_party_imports()}
+    unused = sorted(set(_declared()) - used)
+    assert not unused, f"pyproject.toml declares {unused}, which no module of src/attnlab imports"
+
+
+def _colab_versions() -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in COLAB_VERSIONS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.strip().split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_colab_satisfies_every_lower_bound():
+    # Installing the book's package on Colab must upgrade nothing that Colab already has.
+    colab = _colab_versions()
+    for name, requirement in _declared().items():
+        assert name in colab, f"{name} is not in {COLAB_VERSIONS.name}: add Colab's version of it"
+        assert requirement.specifier.contains(colab[name]), (
+            f"pyproject.toml asks for {requirement}, Colab has {name}=={colab[name]}: pip would upgrade it there"
+        )

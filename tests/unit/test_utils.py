@@ -1,5 +1,6 @@
 """set_seed and get_device: the two calls of every chapter's setup cell."""
 
+import os
 import random
 
 import numpy as np
@@ -39,6 +40,69 @@ def test_set_seed_rejects_non_integers(bad):
 def test_set_seed_rejects_out_of_range(bad):
     with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*32\)"):
         attnlab.set_seed(bad)
+
+
+@pytest.fixture
+def torch_determinism(monkeypatch):
+    """Restores PyTorch's global determinism settings (and the cuBLAS variable) after a test."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
+
+
+def test_set_seed_deterministic_turns_on_deterministic_algorithms(torch_determinism):
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, True
+    attnlab.set_seed(7, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    # and it still seeds
+    a = torch.rand(3)
+    attnlab.set_seed(7, deterministic=True)
+    assert torch.equal(a, torch.rand(3))
+
+
+def test_set_seed_deterministic_keeps_a_cublas_setting_already_made(torch_determinism, monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    attnlab.set_seed(0, deterministic=True)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_deterministic_mode_on_a_gpu_runs_matmuls_and_refuses_nondeterministic_ops(torch_determinism):
+    # What book/how-to-use.md warns about: in deterministic mode a CUDA matmul runs (the cuBLAS
+    # variable is set) and gives the same bits twice, and an op without a deterministic CUDA
+    # kernel raises instead of silently giving different digits.
+    attnlab.set_seed(0, deterministic=True)
+    a = torch.randn(256, 256, device="cuda")
+    assert torch.equal(a @ a, a @ a)
+    with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+        torch.histc(a, bins=10)
+
+
+@pytest.mark.parametrize("flags", [(False, False, True), (True, True, False)])
+def test_set_seed_by_default_leaves_the_determinism_settings_alone(torch_determinism, flags):
+    algorithms, cudnn_deterministic, cudnn_benchmark = flags
+    torch.use_deterministic_algorithms(algorithms)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, cudnn_benchmark
+    attnlab.set_seed(3)
+    assert torch.are_deterministic_algorithms_enabled() == algorithms
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == (cudnn_deterministic, cudnn_benchmark)
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_set_seed_rejects_a_non_bool_deterministic():
+    with pytest.raises(TypeError, match="deterministic must be a bool, got int"):
+        attnlab.set_seed(0, deterministic=1)
 
 
 def test_get_device_prefers_cuda_then_mps_then_cpu(monkeypatch):

@@ -145,3 +145,42 @@ def test_figure_grid_errors_name_the_argument():
         figure_grid(_bars2, [1], [0.5], value=(1, 0.9))
     with pytest.raises(TypeError, match=r"draw\(1, 0.5\) must return a matplotlib Figure, got NoneType"):
         figure_grid(lambda r, c: None, [1], [0.5])
+
+
+# ipywidgets 7 (Colab ships 7.7.1) has no Stack: the sliders then swap one picture through the
+# kernel. Removing Stack from ipywidgets here is what importing version 7 looks like to viz.py;
+# tests/book/test_colab_env.py runs the same helpers under a real ipywidgets 7.
+
+
+def test_figure_slider_without_stack_swaps_one_picture_through_the_kernel(monkeypatch):
+    import ipywidgets as widgets
+
+    reference = [bytes(i.value) for i in figure_slider(_bars, [1, 2, 3]).children[1].children]
+    monkeypatch.delattr(widgets, "Stack")
+    box = figure_slider(_bars, [1, 2, 3], description="h", value=2)
+    slider, image = box.children
+    assert isinstance(slider, widgets.SelectionSlider) and isinstance(image, widgets.Image)
+    assert slider.value == 2 and bytes(image.value) == reference[1]
+    slider.value = 3
+    assert bytes(image.value) == reference[2]
+    slider.value = 1
+    assert bytes(image.value) == reference[0]
+    assert plt.get_fignums() == []
+
+
+def test_figure_grid_without_stack_swaps_one_picture_through_the_kernel(monkeypatch):
+    import ipywidgets as widgets
+
+    outer = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8]).children[1]
+    reference = [[bytes(i.value) for i in inner.children] for inner in outer.children]
+    monkeypatch.delattr(widgets, "Stack")
+    box = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8], descriptions=("h", "w"), value=(2, 0.8))
+    (row_slider, col_slider), image = box.children[0].children, box.children[1]
+    assert isinstance(image, widgets.Image) and bytes(image.value) == reference[1][2]
+    col_slider.value = 0.2
+    assert bytes(image.value) == reference[1][0]
+    row_slider.value = 1
+    assert bytes(image.value) == reference[0][0]
+    col_slider.value = 0.5
+    assert bytes(image.value) == reference[0][1]
+    assert plt.get_fignums() == []

@@ -1,0 +1,215 @@
+"""Colab's environment: the built wheel installed into Colab's package versions, then a chapter.
+
+On Colab a chapter's setup cell pip-installs the book's package into an environment that already
+has torch, numpy, matplotlib, ipywidgets 7.7.1 and tqdm. That install must change none of them
+(an upgraded ipywidgets needs a runtime restart; a replaced torch loses Colab's CUDA build), and
+the package must then work with those versions. Here, in a fresh virtual environment:
+
+1. torch==2.13.0 first and alone (the build this machine has; Colab's own is listed in
+   colab_versions.txt), then Colab's versions of everything else in that file;
+2. the wheel built from this tree, installed with its declared dependencies (not --no-deps), and
+   pip's list of installed packages compared before and after: attnlab is the only change;
+3. every module of attnlab imported, the slider helpers driven under ipywidgets 7, and
+   chapters/00_preliminaries.ipynb executed by a kernel of that environment (ipykernel 6.17.1,
+   Colab's) from a folder outside the repository.
+
+Marked `colab` (select with `-m colab`, skip with `-m "not colab"`); it runs in `make test`. It
+needs PyPI, or a pip cache that already holds these versions: about 3 minutes on 2 cores with a
+warm cache, most of it unpacking torch. On a machine whose PyPI torch is a CUDA build (any Linux
+without a local CPU wheel), point pip at PyTorch's CPU index first, as the CI workflow does
+(PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.colab
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = ROOT / "chapters" / "00_preliminaries.ipynb"
+COLAB_VERSIONS = Path(__file__).with_name("colab_versions.txt")
+TORCH = "torch==2.13.0"  # the build on the book's machines; install it first and alone
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+KERNEL = "attnlab-colab-env"
+
+
+def _env() -> dict[str, str]:
+    """The caller's environment without what would leak the book's own environment in."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
+    return env
+
+
+def _run(command: list, *, env: dict[str, str] | None = None, timeout: int = 900, **kwargs) -> str:
+    result = subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, timeout=timeout, env=env or _env(), **kwargs
+    )
+    assert result.returncode == 0, f"{' '.join(map(str, command))}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result.stdout
+
+
+def _colab_pins() -> list[str]:
+    lines = COLAB_VERSIONS.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def _installed(python: Path) -> dict[str, str]:
+    listing = json.loads(_run([python, "-m", "pip", "list", "--format=json"]))
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in listing}
+
+
+class ColabEnv:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.venv = root / "venv"
+        self.python = self.venv / "bin" / "python"
+        self.before: dict[str, str] = {}
+        self.after: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def colab(tmp_path_factory) -> ColabEnv:
+    env = ColabEnv(tmp_path_factory.mktemp("colab"))
+    # The wheel, built from a copy of the tree (no build/ or egg-info left in the repository).
+    source = env.root / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "node_modules", "_build", ".git", "*.egg-info"))
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", env.root, source])
+    (wheel,) = env.root.glob(f"attnlab-{VERSION}-*.whl")
+
+    # A fresh environment. --without-pip, then pip from this environment's pip: works also where
+    # the interpreter has no ensurepip (Debian's python3 without python3-venv).
+    _run([sys.executable, "-m", "venv", "--without-pip", env.venv])
+    pins = _colab_pins()
+    pip_pin = next(p for p in pins if p.startswith("pip=="))
+    _run([sys.executable, "-m", "pip", "--python", env.python, "install", "-q", pip_pin])
+    pip = [env.python, "-m", "pip", "install", "-q"]
+    _run(pip + [TORCH])  # first and alone
+    others = [p for p in pins if not p.startswith(("torch==", "pip=="))]
+    _run(pip + others)
+    env.before = _installed(env.python)
+    for pin in [TORCH, *others]:
+        name, version = pin.split("==")
+        got = env.before.get(name.lower().replace("_", "-"), "")
+        assert got.split("+")[0] == version, f"{pin} did not install ({got or 'missing'})"  # 2.13.0+cpu is 2.13.0
+
+    # What the setup cell does on Colab: install the package with its dependencies resolved.
+    _run(pip + [wheel])
+    env.after = _installed(env.python)
+    return env
+
+
+def test_installing_the_wheel_changes_none_of_colabs_packages(colab):
+    assert colab.after.get("attnlab") == VERSION
+    changed = {
+        name: (colab.before.get(name), colab.after.get(name))
+        for name in set(colab.before) | set(colab.after)
+        if name != "attnlab" and colab.before.get(name) != colab.after.get(name)
+    }
+    assert not changed, f"installing the wheel changed Colab's packages (before, after): {changed}"
+
+
+def test_pip_finds_no_broken_requirements(colab):
+    _run([colab.python, "-m", "pip", "check"])
+
+
+def test_every_module_imports_with_colabs_versions(colab, tmp_path):
+    script = textwrap.dedent("""
+        import importlib, pkgutil
+        import attnlab, ipywidgets, matplotlib, numpy, torch, tqdm
+
+        names = [m.name for m in pkgutil.walk_packages(attnlab.__path__, "attnlab.")]
+        for name in names:
+            importlib.import_module(name)
+        print(json.dumps({"modules": names, "file": attnlab.__file__, "version": attnlab.__version__,
+                          "ipywidgets": ipywidgets.__version__}))
+    """)
+    out = json.loads(_run([colab.python, "-c", "import json\n" + script], cwd=tmp_path).splitlines()[-1])
+    assert out["file"].startswith(str(colab.venv)), f"attnlab came from {out['file']}, not the wheel"
+    assert out["version"] == VERSION and out["ipywidgets"] == "7.7.1"
+    expected = {
+        "attnlab." + ".".join(p.relative_to(ROOT / "src" / "attnlab").with_suffix("").parts)
+        for p in (ROOT / "src" / "attnlab").rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert expected <= set(out["modules"]), f"not imported: {sorted(expected - set(out['modules']))}"
+
+
+def test_the_sliders_work_with_ipywidgets_7(colab, tmp_path):
+    # ipywidgets 7 has no Stack: the sliders swap one picture through the kernel (see viz.py).
+    script = textwrap.dedent("""
+        import matplotlib
+        matplotlib.use("Agg")
+        import ipywidgets as widgets
+        import matplotlib.pyplot as plt
+        import attnlab
+
+        assert not hasattr(widgets, "Stack")
+
+        def bars(h, w=0.8):
+            fig, ax = plt.subplots(figsize=(2, 2))
+            ax.bar([0], [h], width=w)
+            return fig
+
+        slider, image = attnlab.figure_slider(bars, [1, 2, 3], value=2).children
+        assert isinstance(image, widgets.Image), type(image)
+        seen = [bytes(image.value)]
+        slider.value = 3
+        seen.append(bytes(image.value))
+        assert len(set(seen)) == 2, "the picture did not change with the slider"
+        box = attnlab.figure_grid(bars, [1, 2], [0.2, 0.8], value=(1, 0.2))
+        (rows, cols), image = box.children[0].children, box.children[1]
+        first = bytes(image.value)
+        cols.value = 0.8
+        assert bytes(image.value) != first
+        print("sliders ok")
+    """)
+    assert "sliders ok" in _run([colab.python, "-c", script], cwd=tmp_path)
+
+
+def test_a_chapter_runs_with_colabs_versions(colab, tmp_path):
+    # A kernel of the Colab environment under a name of its own, so that no python3 kernel
+    # installed elsewhere on the machine (user or system Jupyter paths) can be picked instead.
+    kernels = tmp_path / "jupyter" / "kernels" / KERNEL
+    kernels.mkdir(parents=True)
+    spec = {"argv": [str(colab.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Colab versions", "language": "python"}
+    (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    env = _env()
+    env.update(JUPYTER_PATH=str(tmp_path / "jupyter"), JUPYTER_PLATFORM_DIRS="1")
+
+    workdir = tmp_path / "reader"
+    workdir.mkdir()
+    notebook = workdir / CHAPTER.name
+    shutil.copy(CHAPTER, notebook)
+    script = textwrap.dedent(f"""
+        import json, sys
+        import nbformat
+        from nbclient import NotebookClient
+
+        nb = nbformat.read({str(notebook)!r}, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "import json, sys, attnlab, ipywidgets, torch\\n"
+            "print(json.dumps([sys.executable, attnlab.__file__, ipywidgets.__version__, torch.__version__]))"))
+        # Raises CellExecutionError on any error that a cell does not expect (raises-exception tag).
+        NotebookClient(nb, kernel_name={KERNEL!r}, timeout=600,
+                       resources={{"metadata": {{"path": {str(workdir)!r}}}}}).execute()
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
+        assert not errors, errors
+        print("KERNEL", nb.cells[-1].outputs[0].text.strip())
+    """)
+    out = _run([colab.python, "-c", script], env=env, cwd=workdir)
+    executable, attnlab_file, ipywidgets_version, torch_version = json.loads(out.split("KERNEL", 1)[1])
+    assert executable.startswith(str(colab.venv)), f"the kernel ran {executable}, not the Colab environment"
+    assert attnlab_file.startswith(str(colab.venv)), f"the chapter imported attnlab from {attnlab_file}"
+    assert (ipywidgets_version, torch_version.split("+")[0]) == ("7.7.1", TORCH.split("==")[1])

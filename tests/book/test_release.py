@@ -1,0 +1,111 @@
+"""A release: one version, one tag, one repository address, and everything that names them.
+
+- The version is written once, in pyproject.toml; the package reports it as
+  ``attnlab.__version__`` (from the installed metadata). A release is the git tag
+  ``v<version>``; the publish workflow refuses a tag that does not match.
+- The repository address is written once, in _config.yml's ``repository.url``, because Jupyter
+  Book builds the repository button and the Colab links from it.
+- What cannot read either (a notebook's Colab install line runs before anything is installed;
+  Jupyter Book reads only _config.yml) names them again, and is checked here: every chapter's
+  setup cell installs exactly that tag from exactly that address, and the Colab links open
+  the notebooks at that tag. README.md, "Releases and publishing", says how to cut a release.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+VERSION = PROJECT["version"]
+TAG = f"v{VERSION}"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+REPO_URL = CONFIG["repository"]["url"]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+# The one line of every setup cell that installs the book's package on Colab (and only there).
+INSTALL_LINE = f'    %pip install -q "attnlab @ git+{REPO_URL}@{TAG}"'
+
+
+def test_the_version_is_a_release_version():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION), f"pyproject.toml: version {VERSION!r} is not MAJOR.MINOR.PATCH"
+    assert "version" not in PROJECT.get("dynamic", [])
+
+
+def test_the_package_reports_the_version_of_pyproject():
+    import attnlab
+
+    assert attnlab.__version__ == VERSION, (
+        f"attnlab.__version__ is {attnlab.__version__}, pyproject.toml says {VERSION}: reinstall (make install)"
+    )
+
+
+def test_the_package_has_no_second_copy_of_the_version():
+    # __init__.py reads the installed metadata; a literal there would drift from pyproject.toml.
+    init = (ROOT / "src" / "attnlab" / "__init__.py").read_text(encoding="utf-8")
+    assert not re.search(r"__version__\s*=\s*['\"]", init), "__init__.py must not write the version itself"
+
+
+def test_the_repository_address_is_a_github_repository():
+    # Jupyter Book's Colab links need github.com/<org>/<repo>, with no trailing slash or .git.
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", REPO_URL) and not REPO_URL.endswith(".git"), REPO_URL
+
+
+def test_pyproject_urls_use_the_repository_address():
+    urls = PROJECT["urls"]
+    assert urls and all(url == REPO_URL or url.startswith(REPO_URL + "/") for url in urls.values()), (
+        f"pyproject.toml's [project.urls] {urls} must point into _config.yml's repository.url {REPO_URL}"
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_setup_cell_installs_this_release_from_this_repository(path):
+    nb = nbformat.read(path, as_version=4)
+    setup = next(c for c in nb.cells if c.cell_type == "code").source
+    installs = [line for line in setup.splitlines() if "pip install" in line]
+    assert installs == [INSTALL_LINE], (
+        f"{path.name}: the setup cell's install line must be\n{INSTALL_LINE}\n(the tag of pyproject.toml's "
+        f"version, from _config.yml's repository.url), found {installs}"
+    )
+
+
+@pytest.mark.parametrize("name", ["book/how-to-use.md", "README.md"])
+def test_the_docs_show_the_same_install_line_and_tag(name):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert INSTALL_LINE in text, f"{name} must show the setup cell's install line:\n{INSTALL_LINE}"
+    stale = sorted(set(re.findall(r"\bv\d+\.\d+\.\d+\b", text)) - {TAG})
+    assert not stale, f"{name} names the tags {stale}; the current release is {TAG}"
+
+
+def test_the_colab_links_open_this_release():
+    # What Jupyter Book 1 makes of _config.yml (jupyter_book.config.get_final_config, as
+    # `jupyter-book build` calls it), and the Colab link sphinx-book-theme builds from it
+    # (header_buttons/launch.py: {colab_url}/github/{org}/{repo}/blob/{branch}/{path}).
+    from jupyter_book.config import get_final_config
+
+    sphinx_config, _ = get_final_config(
+        user_yaml=ROOT / "_config.yml", cli_config={"latex_individualpages": False}, sourcedir=ROOT
+    )
+    theme = sphinx_config["html_theme_options"]
+    assert theme["repository_url"] == REPO_URL
+    assert theme["repository_branch"] == TAG, (
+        f"_config.yml: repository.branch is {theme['repository_branch']!r}; the Colab links must open the "
+        f"release tag {TAG!r} (pyproject.toml's version)"
+    )
+    colab = theme["launch_buttons"]["colab_url"].strip("/")
+    org_repo = REPO_URL.removeprefix("https://github.com/")
+    link = f"{colab}/github/{org_repo}/blob/{theme['repository_branch']}/chapters/{CHAPTERS[0].name}"
+    assert link == f"https://colab.research.google.com/github/{org_repo}/blob/{TAG}/chapters/{CHAPTERS[0].name}"
+
+
+def test_the_readme_explains_the_release():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "## Releases and publishing" in readme
+    section = readme.split("## Releases and publishing", 1)[1].split("\n## ", 1)[0]
+    for needed in ("pyproject.toml", "v<version>", "_config.yml", "git tag", "make test"):
+        assert needed in section, f"README's release section does not mention {needed!r}"
