@@ -3,6 +3,8 @@ PyTorch's, in values and gradients, for every block size; its backward keeps no 
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -45,7 +47,7 @@ def test_equals_the_naive_kernel_and_its_gradients(L, S, E, block, mask_kind, se
     upstream = torch.randn(2, 3, L, 4, generator=g, dtype=torch.float64)
 
     def ours(q, k, v):
-        return blockwise_attention(q, k, v, mask, causal, block_size=block)
+        return blockwise_attention(q, k, v, mask, is_causal=causal, block_size=block)
 
     def naive(q, k, v):
         return scaled_dot_product_attention(q, k, v, mask, is_causal=causal, backend="naive")
@@ -114,3 +116,26 @@ def test_errors_name_the_argument():
         blockwise_attention(q, k, v, torch.ones(3, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="query and key must have the same feature size"):
         blockwise_attention(q, k[..., :2], v)
+
+
+def test_signature_is_pytorchs():
+    """query, key, value, attn_mask, dropout_p, is_causal, then keyword-only scale: torch's order."""
+    torch_like = list(inspect.signature(scaled_dot_product_attention).parameters.values())[:7]
+    ours = list(inspect.signature(blockwise_attention).parameters.values())[:7]
+    assert [(p.name, p.kind, p.default) for p in ours] == [(p.name, p.kind, p.default) for p in torch_like]
+    assert inspect.signature(blockwise_attention).parameters["block_size"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("fifth", [True, 0.5, 1, False])
+def test_the_fifth_argument_is_dropout_p_not_is_causal(fifth):
+    """A call ported from torch, or written for the old order, must not silently mean causal."""
+    q, k, v = _qkv((1, 2, 6, 3), 6, 2)
+    with pytest.raises(ValueError, match="does not implement dropout, so dropout_p must be 0.0"):
+        blockwise_attention(q, k, v, None, fifth)
+
+
+def test_dropout_p_zero_is_accepted_in_torchs_place():
+    q, k, v = _qkv((1, 2, 6, 3), 6, 2)
+    expected = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)
+    torch.testing.assert_close(blockwise_attention(q, k, v, None, 0.0, True, block_size=4), expected)
+    torch.testing.assert_close(blockwise_attention(q, k, v, None, 0, block_size=4), F.scaled_dot_product_attention(q, k, v))

@@ -172,3 +172,69 @@ def test_from_key_padding_mask_errors_name_the_argument():
         from_key_padding_mask(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\), got \(3,\)"):
         from_key_padding_mask(torch.zeros(3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_float_masks_take_the_dtype_of_the_scores(dtype):
+    """The weights have the scores' dtype: a float32 mask must not turn float16 attention into float32."""
+    torch.manual_seed(0)
+    scores = (torch.randn(2, 3, 4, 5) * 3).to(dtype)
+    mask = torch.randn(4, 5)  # float32, whatever the scores
+    mask[1, 2:] = float("-inf")
+    mask[2] = float("-inf")  # a fully masked query: -inf survives the conversion
+    weights = masked_softmax(scores, mask)
+    assert weights.dtype == dtype
+    assert torch.equal(weights, masked_softmax(scores, mask.to(dtype)))  # the rule: the mask is converted first
+    assert torch.equal(weights[..., 2, :], torch.zeros_like(weights[..., 2, :]))
+    assert torch.equal(weights[..., 1, 2:], torch.zeros_like(weights[..., 1, 2:]))
+    assert torch.isfinite(weights).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_fully_masked_rows_in_half_precision(dtype, kind):
+    scores = torch.randn(2, 4).to(dtype).requires_grad_()
+    keep = torch.tensor([[True, False, True, True], [False, False, False, False]])
+    mask = keep if kind == "bool" else torch.zeros(2, 4).masked_fill(~keep, float("-inf"))
+    weights = masked_softmax(scores, mask)
+    assert weights.dtype == dtype
+    assert torch.equal(weights[1], torch.zeros(4, dtype=dtype))
+    (weights * torch.arange(4.0).to(dtype)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    assert torch.equal(scores.grad[1], torch.zeros(4, dtype=dtype))
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_masked_softmax_gradcheck_with_fully_masked_rows(kind):
+    scores = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    keep = torch.tensor([[1, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    mask = keep if kind == "bool" else torch.randn(3, 5, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    assert torch.autograd.gradcheck(lambda s: masked_softmax(s, mask), (scores,))
+    assert torch.autograd.gradgradcheck(lambda s: masked_softmax(s, mask), (scores,))
+
+
+def test_masked_softmax_leaves_its_inputs_alone():
+    """It fills the masked copy of the scores in place, never the caller's scores or mask."""
+    scores = torch.randn(3, 4, requires_grad=True)
+    keep = torch.tensor([[True, False, True, True], [False] * 4, [True] * 4])
+    float_mask = torch.zeros(3, 4).masked_fill(~keep, float("-inf"))
+    before = scores.detach().clone(), float_mask.clone()
+    for mask in (keep, float_mask, None):
+        masked_softmax(scores, mask).sum().backward()
+        with torch.no_grad():
+            masked_softmax(scores, mask)
+    assert torch.equal(scores.detach(), before[0]) and torch.equal(float_mask, before[1])
+
+
+def test_masked_softmax_waits_for_no_value():
+    """No host synchronisation: on the meta device (shapes, no values) reading a value raises."""
+    scores = torch.randn(2, 3, 4, 5, device="meta", dtype=torch.float16, requires_grad=True)
+    bool_mask = torch.ones(4, 5, dtype=torch.bool, device="meta")
+    float_mask = torch.zeros(1, 1, 4, 5, device="meta")  # float32: the weights stay float16
+    for mask in (bool_mask, float_mask):
+        weights = masked_softmax(scores, mask)
+        assert weights.shape == scores.shape and weights.dtype == torch.float16 and weights.is_meta
+        weights.sum().backward()
+        with torch.no_grad():
+            assert masked_softmax(scores, mask).is_meta
+    assert scores.grad.shape == scores.shape

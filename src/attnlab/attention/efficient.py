@@ -15,9 +15,17 @@ saves only the output and the log-sum-exp ``m + log l`` of each query, and recom
 block's weights from them. Plain autograd through the loop would keep every block and use as
 much memory as the naive kernel.
 
-Conventions as in ``scaled_dot_product_attention``: boolean masks are True where a key takes
-part, float masks are added, ``is_causal`` is top-left aligned, and fully masked queries get
-zeros. Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``.
+Half precision (float16, bfloat16) is computed as FlashAttention computes it: every block of
+scores, the running ``m``, ``l`` and ``acc``, the log-sum-exp and, in the backward pass, the
+gradient sums are float32 (the blocks of the inputs are converted as they are read), and the
+result is rounded to the input dtype once, at the end. Rounding ``m``, ``l`` and ``acc`` to
+float16 after every block would add one rounding error per block; this way the output is about
+as accurate as PyTorch's fused kernel. float32 and float64 inputs are computed in their own dtype.
+
+Conventions and signature as in ``torch.nn.functional.scaled_dot_product_attention``: boolean
+masks are True where a key takes part, float masks are added, ``is_causal`` is top-left
+aligned, and fully masked queries get zeros. Shapes: query ``(..., L, E)``, key ``(..., S, E)``,
+value ``(..., S, Ev)``.
 """
 
 from __future__ import annotations
@@ -29,6 +37,11 @@ import torch
 from attnlab.attention.core import _check_mask, _check_qkv
 
 __all__ = ["blockwise_attention"]
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16 and bfloat16, else ``dtype`` itself: the dtype the loop computes in."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _add_masks(
@@ -80,18 +93,20 @@ class _BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, block_size):
         L, S = query.shape[-2], key.shape[-2]
-        scaled = query * scale  # (..., L, E): scale once, not every block
+        dtype = _accumulation_dtype(query.dtype)  # float32 for half inputs; .to(dtype) is then a no-op
+        scaled = query.to(dtype) * scale  # (..., L, E): scale once, not every block
         lead = query.shape[:-2]
-        buffers = _Buffers(query, lead)
-        m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=query.dtype, device=query.device)  # (..., L, 1)
+        buffers = _Buffers(scaled, lead)
+        m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=dtype, device=query.device)  # (..., L, 1)
         l = torch.zeros_like(m)  # (..., L, 1): running sum of exponentials
-        acc = torch.zeros((*query.shape[:-1], value.shape[-1]), dtype=query.dtype, device=query.device)  # (..., L, Ev)
+        acc = torch.zeros((*query.shape[:-1], value.shape[-1]), dtype=dtype, device=query.device)  # (..., L, Ev)
         for j0 in range(0, S, block_size):
             j1 = min(j0 + block_size, S)
             q0 = _first_query(is_causal, j0)
             if q0 >= L:
                 break
-            s = buffers.matmul("s", scaled[..., q0:, :], key[..., j0:j1, :].transpose(-2, -1))  # (..., L', b)
+            k, v = key[..., j0:j1, :].to(dtype), value[..., j0:j1, :].to(dtype)  # (..., b, E), (..., b, Ev)
+            s = buffers.matmul("s", scaled[..., q0:, :], k.transpose(-2, -1))  # (..., L', b)
             _add_masks(s, attn_mask, is_causal, q0, L, j0, j1)
             m_old = m[..., q0:, :]
             m_new = torch.maximum(m_old, s.amax(-1, keepdim=True))  # (..., L', 1)
@@ -99,11 +114,11 @@ class _BlockwiseAttention(torch.autograd.Function):
             p = s.sub_(safe).exp_()  # (..., L', b), in place; exactly 0 where masked
             correction = (m_old - safe).exp_()  # rescales the sums of earlier blocks
             l[..., q0:, :].mul_(correction).add_(p.sum(-1, keepdim=True))
-            acc[..., q0:, :].mul_(correction).add_(buffers.matmul("pv", p, value[..., j0:j1, :]))
+            acc[..., q0:, :].mul_(correction).add_(buffers.matmul("pv", p, v))
             m_old.copy_(m_new)
         empty = l == 0  # queries with no key: output zeros, as the book's other kernels
-        out = acc.div_(l.masked_fill(empty, 1.0))  # (..., L, Ev)
-        lse = torch.where(empty, torch.full_like(m, float("inf")), m + torch.log(l))  # (..., L, 1)
+        out = acc.div_(l.masked_fill(empty, 1.0)).to(query.dtype)  # (..., L, Ev), rounded once
+        lse = torch.where(empty, torch.full_like(m, float("inf")), m + torch.log(l))  # (..., L, 1), in dtype
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.attn_mask, ctx.is_causal, ctx.scale, ctx.block_size = attn_mask, is_causal, scale, block_size
         return out
@@ -113,19 +128,20 @@ class _BlockwiseAttention(torch.autograd.Function):
         query, key, value, out, lse = ctx.saved_tensors
         attn_mask, is_causal, scale, block_size = ctx.attn_mask, ctx.is_causal, ctx.scale, ctx.block_size
         L, S = query.shape[-2], key.shape[-2]
-        grad_out = grad_out.contiguous()
-        delta = (grad_out * out).sum(-1, keepdim=True)  # (..., L, 1): rowsum(dO * O)
-        scaled = query * scale
-        buffers = _Buffers(query, query.shape[:-2])
-        dq = torch.zeros_like(query)
-        dk = torch.zeros_like(key)
-        dv = torch.zeros_like(value)
+        dtype = lse.dtype  # the forward's accumulation dtype: float32 for half inputs
+        grad_out = grad_out.contiguous().to(dtype)
+        delta = (grad_out * out.to(dtype)).sum(-1, keepdim=True)  # (..., L, 1): rowsum(dO * O)
+        scaled = query.to(dtype) * scale
+        buffers = _Buffers(scaled, query.shape[:-2])
+        dq = torch.zeros_like(query, dtype=dtype)  # the gradients are summed over blocks in dtype too
+        dk = torch.zeros_like(key, dtype=dtype)
+        dv = torch.zeros_like(value, dtype=dtype)
         for j0 in range(0, S, block_size):
             j1 = min(j0 + block_size, S)
             q0 = _first_query(is_causal, j0)
             if q0 >= L:
                 break
-            k, v = key[..., j0:j1, :], value[..., j0:j1, :]
+            k, v = key[..., j0:j1, :].to(dtype), value[..., j0:j1, :].to(dtype)
             s = buffers.matmul("s", scaled[..., q0:, :], k.transpose(-2, -1))  # (..., L', b), recomputed
             _add_masks(s, attn_mask, is_causal, q0, L, j0, j1)
             p = s.sub_(lse[..., q0:, :]).exp_()  # the weights of this block, (..., L', b)
@@ -134,7 +150,7 @@ class _BlockwiseAttention(torch.autograd.Function):
             ds = buffers.matmul("ds", do, v.transpose(-2, -1)).sub_(delta[..., q0:, :]).mul_(p)  # (..., L', b)
             dq[..., q0:, :] += buffers.matmul("dq", ds, k)  # (..., L', E)
             dk[..., j0:j1, :] += buffers.matmul("dk", ds.transpose(-2, -1), scaled[..., q0:, :])  # scale included
-        return dq.mul_(scale), dk, dv, None, None, None, None
+        return dq.mul_(scale).to(query.dtype), dk.to(key.dtype), dv.to(value.dtype), None, None, None, None
 
 
 def blockwise_attention(
@@ -142,6 +158,7 @@ def blockwise_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
     is_causal: bool = False,
     *,
     scale: float | None = None,
@@ -152,22 +169,35 @@ def blockwise_attention(
     Equal, up to float rounding, to ``scaled_dot_product_attention`` for every block size, in
     its values and its gradients; it never holds more than ``L x block_size`` scores, and its
     backward pass recomputes them instead of storing them. With ``is_causal`` the queries that
-    cannot see a block are skipped, so causal attention costs about half.
+    cannot see a block are skipped, so causal attention costs about half. The signature is
+    PyTorch's, so that a call can be moved between the two; ``block_size`` is keyword-only.
 
     Args:
         query, key, value: ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``; same dtype.
+            float16 and bfloat16 are computed in float32 and the output rounded back.
         attn_mask: ``None``, boolean (True = takes part) or float (added), broadcastable to
             ``(..., L, S)``; it is not differentiated.
+        dropout_p: must be 0.0: blockwise attention does not implement dropout. It is here, in
+            PyTorch's fifth place, so that ``is_causal`` cannot be passed there by mistake.
         is_causal: the top-left aligned causal mask (not together with ``attn_mask``).
         scale: multiplies the scores; ``1 / sqrt(E)`` when ``None``.
         block_size: keys per block, a positive int.
 
     Returns:
-        ``(..., L, Ev)``; queries whose keys are all masked get zeros.
+        ``(..., L, Ev)``, in the dtype of ``query``; queries whose keys are all masked get zeros.
+
+    Raises:
+        ValueError: ``dropout_p`` is not 0.0, a shape does not fit, or ``block_size`` is not a
+            positive int.
     """
     name = "blockwise_attention"
     _check_qkv(name, query, key, value)
     _check_mask(name, attn_mask, query, key)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0.0:
+        raise ValueError(
+            f"{name}: blockwise attention does not implement dropout, so dropout_p must be 0.0, got {dropout_p!r} "
+            "(dropout_p is the fifth positional argument, as in PyTorch; pass is_causal=True by keyword)"
+        )
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"{name}: block_size must be a positive int, got {block_size!r}")
     if is_causal and attn_mask is not None:

@@ -153,12 +153,19 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
 
     - masked positions get a weight of exactly 0;
     - a row in which every position is masked gets all-zero weights instead of NaN, so a
-      query with nothing to attend to yields a zero output and zero gradients.
+      query with nothing to attend to yields a zero output and zero gradients. Without a
+      ``mask`` nothing is masked: the scores go to ``torch.softmax`` as they are (so a row
+      of scores that are all ``-inf`` gives NaN, as in PyTorch; pass such masks as ``mask``).
+
+    The weights have the dtype of ``scores``: a float mask is converted to it before it is
+    added (``-inf`` stays ``-inf``), so a float32 mask does not turn float16 attention into
+    float32. There is no host synchronisation (no branch on the values of a tensor): the
+    same operations run whether or not some row is fully masked, on any device.
 
     Shapes:
         scores: any shape, typically ``(B, H, L, S)``; the softmax runs over ``dim``.
         mask: ``None``, or boolean / float, broadcastable to ``scores.shape``.
-        returns: the shape of ``scores``.
+        returns: the shape and dtype of ``scores``.
 
     Raises:
         TypeError: ``scores`` is not a floating tensor, or ``mask`` has the wrong type.
@@ -174,14 +181,16 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0
         else:
-            scores = scores + mask  # float masks are added
-    row_max = scores.amax(dim=dim, keepdim=True)  # one read of the scores; no copy
-    empty = row_max == float("-inf")  # rows in which every key is masked
-    if bool(empty.any()):
-        # softmax would compute (-inf) - (-inf) = NaN there: give those rows scores of 0
-        # (finite, so no NaN in the gradient either), then weights of exactly 0.
-        scores = scores.masked_fill(empty, 0.0)
-        return torch.softmax(scores, dim=dim).masked_fill(empty, 0.0)
+            scores = scores + mask.to(scores.dtype)  # float masks are added, in the scores' dtype
+        # A row whose keys are all masked has a maximum of -inf, where softmax would compute
+        # (-inf) - (-inf) = NaN. Without asking whether there is such a row (that would wait
+        # for the device), give every such row scores of 0 (finite, so no NaN in the gradient
+        # either), then weights of 0: the weights of each row are multiplied by 1 or by 0.
+        empty = scores.amax(dim=dim, keepdim=True) == float("-inf")  # one read of the scores
+        keep = (~empty).to(scores.dtype)  # 1 where a row has a key, 0 where it has none
+        scores.masked_fill_(empty, 0.0)  # in place: this tensor was made above, not passed in
+        weights = torch.softmax(scores, dim=dim)
+        return weights * keep if weights.requires_grad else weights.mul_(keep)  # in place when no backward needs them
     # torch.softmax subtracts the row maximum before exp, as exp(e - max e) / sum does by hand,
     # in one pass that keeps only its output for the backward (not exp, sum and quotient).
     return torch.softmax(scores, dim=dim)
