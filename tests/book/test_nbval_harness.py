@@ -1,8 +1,11 @@
-"""The chapter harness can fail: strict nbval rejects a notebook whose stored output was altered.
+"""The chapter harness can fail, in both of its modes.
 
-`make test` runs every chapter with `pytest --nbval` (strict, not --nbval-lax) and the sanitize
-file tests/nbval_sanitize.cfg. These tests run the same command on copies of a small fixture
-notebook and of a real chapter, with and without tampering.
+`make test` runs every chapter with the sanitize file tests/nbval_sanitize.cfg, in strict mode
+(`pytest --nbval`: every output compared) on the platform that recorded the chapters' outputs,
+and in portable mode (`pytest --nbval-lax`: every cell runs and must not raise, only cells tagged
+`nbval-check-output` are compared) anywhere else; scripts/nbval_mode.py chooses. These tests run
+the same commands on copies of a small fixture notebook and of a real chapter, with and without
+tampering, and check the choice of mode.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
 FIXTURE = ROOT / "tests" / "fixtures" / "harness.ipynb"
+MODE_SCRIPT = ROOT / "scripts" / "nbval_mode.py"
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 
-def _nbval(notebook: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", "--nbval", str(notebook), "--nbval-sanitize-with", str(SANITIZE),
+def _nbval(notebook: Path, flag: str = "--nbval") -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE),
                "-p", "no:cacheprovider", "-q", "--rootdir", str(notebook.parent)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run(command, cwd=notebook.parent, capture_output=True, text=True, timeout=300, env=env)
@@ -91,3 +96,90 @@ def test_nbval_waits_long_enough_for_a_busy_kernel(tmp_path):
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")  # as when running from the repository
     result = _nbval(notebook)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- portable mode ------------------------------------------------------------------------------
+
+
+def test_portable_mode_passes_the_untouched_fixture(fixture_copy):
+    result = _nbval(fixture_copy, "--nbval-lax")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
+
+
+def test_portable_mode_fails_on_a_changed_platform_independent_output(fixture_copy):
+    _alter(fixture_copy, 1, "45", "46")  # the cell tagged nbval-check-output
+    result = _nbval(fixture_copy, "--nbval-lax")
+    assert result.returncode != 0, "portable mode accepted a changed output of a tagged cell"
+    assert "1 failed" in result.stdout and "mismatch" in result.stdout.lower(), result.stdout
+
+
+def test_portable_mode_lets_platform_digits_differ(fixture_copy):
+    _alter(fixture_copy, 2, "0.1429", "0.143")  # untagged: its digits may differ on another platform
+    assert _nbval(fixture_copy, "--nbval-lax").returncode == 0
+    assert _nbval(fixture_copy, "--nbval").returncode != 0  # strict mode still compares it
+
+
+def test_portable_mode_fails_on_a_failing_assertion(fixture_copy):
+    nb = nbformat.read(fixture_copy, as_version=4)
+    claim = nbformat.v4.new_code_cell("assert sum(range(10)) == 46, 'the claim no longer holds'")
+    claim.execution_count = 4
+    nb.cells.append(claim)  # untagged and without outputs: only the assertion can fail it
+    nbformat.write(nb, fixture_copy)
+    result = _nbval(fixture_copy, "--nbval-lax")
+    assert result.returncode != 0, "portable mode accepted a failing assertion"
+    assert "the claim no longer holds" in result.stdout, result.stdout
+
+
+def _mode(env_extra: dict[str, str], notebooks: list[Path]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NBVAL_MODE"} | env_extra
+    return subprocess.run([sys.executable, str(MODE_SCRIPT), "mode", *map(str, notebooks)],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def _recorded_copy(tmp_path: Path, env_extra: dict[str, str]) -> Path:
+    copy = Path(shutil.copy(FIXTURE, tmp_path / "recorded.ipynb"))
+    env = dict(os.environ) | env_extra
+    subprocess.run([sys.executable, str(MODE_SCRIPT), "record", str(copy)], check=True, env=env, timeout=120)
+    return copy
+
+
+def test_the_mode_is_strict_on_the_recording_platform_and_portable_elsewhere(tmp_path):
+    copy = _recorded_copy(tmp_path, {})
+    here = _mode({}, [copy])
+    assert here.stdout.strip() == "--nbval" and "strict" in here.stderr, here.stderr
+    # The same machine with PyTorch's vectorised CPU kernels switched off is another platform.
+    other = _mode({"ATEN_CPU_CAPABILITY": "default"}, [copy])
+    assert other.stdout.strip() == "--nbval-lax", other.stderr
+    assert "portable" in other.stderr and "DEFAULT" in other.stderr, other.stderr
+    threads = _mode({"OMP_NUM_THREADS": "1"}, [copy]) if os.environ.get("OMP_NUM_THREADS") != "1" else None
+    if threads is not None:
+        assert threads.stdout.strip() == "--nbval-lax", threads.stderr
+    forced = _mode({"NBVAL_MODE": "strict", "ATEN_CPU_CAPABILITY": "default"}, [copy])
+    assert forced.stdout.strip() == "--nbval" and "NBVAL_MODE" in forced.stderr
+
+
+def test_a_notebook_without_a_recorded_platform_runs_portable(fixture_copy):
+    result = _mode({}, [fixture_copy])
+    assert result.stdout.strip() == "--nbval-lax" and "no platform recorded" in result.stderr, result.stderr
+
+
+def test_every_chapter_records_one_platform():
+    """A chapter re-executed on another machine would make `make test` portable for every chapter."""
+    platforms = {}
+    for path in CHAPTERS:
+        platform = nbformat.read(path, as_version=4).metadata.get("attnlab", {}).get("platform")
+        assert platform, f"{path.name}: no platform in its metadata: run `make execute`"
+        assert set(platform) == {"python", "torch", "device", "cpu_capability", "threads"}, platform
+        platforms[path.name] = tuple(sorted(platform.items()))
+    assert len(set(platforms.values())) == 1, f"chapters were executed on different platforms: {platforms}"
+
+
+def test_every_chapter_compares_some_outputs_in_portable_mode():
+    for path in CHAPTERS:
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        checked = [c for c in cells if "nbval-check-output" in c.metadata.get("tags", [])]
+        assert checked, f"{path.name}: no cell tagged nbval-check-output, so portable mode compares nothing"
+        for cell in checked:
+            assert cell.outputs, f"{path.name}: a cell tagged nbval-check-output has no output to compare"
+            assert "nbval-ignore-output" not in cell.metadata.get("tags", []), path.name
