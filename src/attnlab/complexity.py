@@ -188,27 +188,30 @@ def measure(
     *,
     repeats: int = 5,
     warmup: int = 1,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     memory: bool = True,
 ) -> Measurement:
     """Time ``fn()`` ``repeats`` times after ``warmup`` calls; record its peak memory (chapter 7).
 
-    On CUDA the device is synchronised around each call and the peak is
-    ``torch.cuda.max_memory_allocated`` above what was allocated before the call. On the CPU the
-    peak comes from the profiler's memory events (one extra call). Report medians: single
-    timings on a shared machine are noisy.
+    ``device`` is where ``fn`` computes (a function does not say where its tensors are, so
+    ``None`` means the CPU). On CUDA (and MPS) the device is synchronised around each call; on
+    CUDA the peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the
+    call. On the CPU the peak comes from the profiler's memory events (one extra call). Report
+    medians: single timings on a shared machine are noisy.
     """
     if not callable(fn):
         raise TypeError(f"measure: fn must be callable, got {type(fn).__name__}")
     _positive("measure", repeats=repeats)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"measure: warmup must be a non-negative int, got {warmup!r}")
-    device = torch.device(device)
+    device = torch.device("cpu" if device is None else device)
     cuda = device.type == "cuda"
 
-    def sync() -> None:
+    def sync() -> None:  # wait for the device's queued work, so that the clock sees it
         if cuda:
             torch.cuda.synchronize(device)
+        elif device.type == "mps":
+            torch.mps.synchronize()
 
     for _ in range(warmup):
         fn()

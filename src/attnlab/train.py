@@ -5,12 +5,19 @@ captioners (``train_captioner``, with REINFORCE for hard attention) and the clas
 chapter 5 the loop for per-token taggers (``train_tagger``). Training runs for a
 fixed number of steps (never for a fixed time), so that a seeded run gives the same model, and
 the same printed accuracies, every time on the same machine.
+
+Devices: everything runs where the model is. ``device=None`` (the default of every function
+here) means the device of the model's parameters; data given on the CPU is moved there batch
+by batch. Evaluators never move a model (an explicit ``device`` must be the model's); trainers
+move it only when given an explicit ``device``. Every trainer runs the same loop,
+``_train_loop``, with its own batches and loss.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +27,7 @@ from tqdm.auto import tqdm
 
 from attnlab.attention.hard import MovingAverageBaseline, reinforce_loss
 from attnlab.data.scenes import PAD, START, SceneTask
-from attnlab.data.vocab import CharVocab, make_batch
+from attnlab.data.vocab import Batch, CharVocab, make_batch
 from attnlab.models.captioning import CaptionOutput, Captioner, HardCaptioner, region_cells
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
@@ -84,6 +91,39 @@ class TrainHistory:
     eval_seconds: list[float] = field(default_factory=list)
 
 
+Device = torch.device | str
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    """Where ``model`` is: the device of its first parameter (or buffer); the CPU if it has none."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def _eval_device(name: str, model: nn.Module, device: Device | None) -> torch.device:
+    """The device an evaluator runs on: the model's. Evaluation never moves a model, so an
+    explicit ``device`` must be the model's."""
+    here = _model_device(model)
+    if device is not None and not _same_device(torch.device(device), here):
+        raise ValueError(
+            f"{name}: device={str(device)!r}, but the model is on {here}; evaluation runs where the model is "
+            "(leave device=None, or move the model first)"
+        )
+    return here
+
+
+def _train_device(model: nn.Module, device: Device | None) -> torch.device:
+    """The device a trainer runs on: ``device`` if given (the model is moved there), else the model's."""
+    if device is not None:
+        model.to(device)
+    return _model_device(model)
+
+
 def _check_pairs(name: str, pairs: Pairs) -> None:
     if not isinstance(pairs, Sequence) or len(pairs) == 0:
         raise ValueError(f"{name}: pairs must be a non-empty sequence of (source, target) strings")
@@ -112,15 +152,17 @@ def evaluate_seq2seq(
     src_vocab: CharVocab,
     tgt_vocab: CharVocab,
     *,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     batch_size: int = 512,
 ) -> EvalResult:
     """Greedy-decode every source and compare with its target (defined in chapter 1).
 
     Each output may run to the target's length plus one (for END); longer outputs are cut.
+    Runs where the model is (``device``, if given, must be the model's device).
     """
     _check_pairs("evaluate_seq2seq", pairs)
     _check_positive("evaluate_seq2seq", batch_size=batch_size)
+    device = _eval_device("evaluate_seq2seq", model, device)
     was_training = model.training
     model.eval()
     correct, scores, predictions, right_tokens, total_tokens = [], [], [], 0, 0
@@ -180,6 +222,75 @@ def _epoch_batches(pairs: Pairs, batch_size: int, bucket: bool, generator: torch
     return [batches[i] for i in shuffled]
 
 
+def _train_loop(
+    model: nn.Module,
+    batches: Iterator[Any],
+    loss_of: Callable[[Any], torch.Tensor],
+    *,
+    steps: int,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    clip: float | None = None,
+    schedule: Callable[[int], float] | None = None,
+    evaluate: Callable[[], Any] | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """The training loop of every trainer here: Adam on ``loss_of(next(batches))`` for ``steps`` steps.
+
+    Defined in chapter 1 (``train_seq2seq``) and shared by the trainers of chapters 4 and 5.
+    ``batches`` yields batches already on the model's device; ``loss_of(batch)`` is the loss
+    of one. Gradients are clipped to norm ``clip`` (``None``: not clipped); with ``schedule``
+    the learning rate at step ``t`` is ``lr * schedule(t)``. ``evaluate()`` runs every
+    ``eval_every`` steps and after the last; ``history.eval_seconds`` records the training
+    time so far (evaluations excluded) at each. No step reads a tensor on the host: the losses
+    are read in one go before each evaluation and at the end, so on a GPU the next step is
+    queued while the last one runs.
+    """
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+    scheduler = None
+    if schedule is not None:  # LambdaLR counts from 0; the schedule sees steps from 1
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
+    history = TrainHistory()
+    pending: list[torch.Tensor] = []  # losses not yet read on the host
+
+    def read_losses() -> None:  # one synchronisation for many steps
+        if pending:
+            history.loss += torch.stack(pending).tolist()
+            pending.clear()
+
+    started, evaluating = time.perf_counter(), 0.0
+    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        loss = loss_of(next(batches))
+        optimizer.zero_grad()
+        loss.backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        history.steps.append(step)
+        pending.append(loss.detach())
+        if evaluate is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            read_losses()  # waits for the device: the steps so far count as training time
+            paused = time.perf_counter()
+            history.eval_seconds.append(paused - started - evaluating)
+            result = evaluate()
+            history.eval_steps.append(step)
+            history.evals.append(result)
+            evaluating += time.perf_counter() - paused
+            model.train()
+            score = {"exact": result.exact_match} if hasattr(result, "exact_match") else {"accuracy": result}
+            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", **{k: f"{v:.3f}" for k, v in score.items()})
+    read_losses()
+    history.seconds = time.perf_counter() - started
+    model.eval()
+    return history
+
+
 def train_seq2seq(
     model: Seq2Seq,
     train_pairs: Pairs,
@@ -190,7 +301,7 @@ def train_seq2seq(
     batch_size: int = 128,
     lr: float = 3e-3,
     clip: float = 1.0,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     seed: int = 0,
     eval_pairs: Pairs | None = None,
     eval_every: int | None = None,
@@ -206,7 +317,8 @@ def train_seq2seq(
     Defined in chapter 1. Batches are drawn from ``train_pairs`` in a shuffled order that
     depends only on ``seed``; the loss is the cross-entropy over the real target tokens
     (padding ignored); gradients are clipped to norm ``clip``. If ``eval_pairs`` is given, the
-    model is evaluated every ``eval_every`` steps and after the last step.
+    model is evaluated every ``eval_every`` steps and after the last step. The model trains
+    where it is, or on ``device`` if one is given (it is moved there).
 
     With ``bucket=True`` each batch holds sources of similar length (pools of 50 batches are
     sorted by source length, cut into batches, and the batches shuffled): a batch is padded to
@@ -230,54 +342,41 @@ def train_seq2seq(
         raise ValueError(f"train_seq2seq: label_smoothing must be in [0, 1), got {label_smoothing!r}")
     if eval_pairs is not None:
         _check_pairs("train_seq2seq (eval_pairs)", eval_pairs)
-
-    model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
-    scheduler = None
-    if schedule is not None:  # LambdaLR counts from 0; the schedule sees steps from 1
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
+    device = _train_device(model, device)
     loss_fn = nn.CrossEntropyLoss(ignore_index=CharVocab.PAD, label_smoothing=float(label_smoothing))
-    generator = torch.Generator().manual_seed(seed)
-    history = TrainHistory()
-    order: list[list[int]] = []
-    started, evaluating = time.perf_counter(), 0.0
-    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
-    for step in bar:
-        if not order:
-            order = _epoch_batches(train_pairs, batch_size, bucket, generator)
-        index = order.pop()
-        batch = make_batch([train_pairs[i] for i in index], src_vocab, tgt_vocab, device)
+    generator = torch.Generator().manual_seed(seed)  # the order of the batches, on the CPU
+
+    def batches() -> Iterator[Batch]:
+        order: list[list[int]] = []
+        while True:
+            if not order:
+                order = _epoch_batches(train_pairs, batch_size, bucket, generator)
+            index = order.pop()
+            yield make_batch([train_pairs[i] for i in index], src_vocab, tgt_vocab, device)
+
+    def loss_of(batch: Batch) -> torch.Tensor:
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        loss = loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * T, V) vs (B * T,)
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        history.steps.append(step)
-        history.loss.append(loss.item())
-        if eval_pairs is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            paused = time.perf_counter()
-            history.eval_seconds.append(paused - started - evaluating)
-            result = evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab, device=device)
-            history.eval_steps.append(step)
-            history.evals.append(result)
-            evaluating += time.perf_counter() - paused
-            bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{result.exact_match:.3f}")
-    history.seconds = time.perf_counter() - started
-    model.eval()
-    return history
+        return loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * T, V) vs (B * T,)
+
+    def evaluate() -> EvalResult:
+        return evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab)
+
+    return _train_loop(model, batches(), loss_of, steps=steps, lr=lr, betas=betas, clip=clip, schedule=schedule,
+                       evaluate=None if eval_pairs is None else evaluate, eval_every=eval_every,
+                       progress=progress, desc=desc)
 
 
 @torch.no_grad()
 def translate(
     model: Seq2Seq, source: str, src_vocab: CharVocab, tgt_vocab: CharVocab, *, max_len: int = 32,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
 ) -> str:
-    """Greedy translation of one string (defined in chapter 1; used by the chapters' widgets)."""
+    """Greedy translation of one string (defined in chapter 1; used by the chapters' widgets).
+
+    Runs where the model is (``device``, if given, must be the model's device)."""
     if not isinstance(source, str) or not source:
         raise ValueError(f"translate: source must be a non-empty string, got {source!r}")
+    device = _eval_device("translate", model, device)
     model.eval()
     src = torch.tensor([src_vocab.encode(source)], device=device)
     tokens, _ = model.greedy_decode(src, torch.tensor([len(source)], device=device), max_len=max_len)
@@ -297,6 +396,9 @@ def _check_tagged(name: str, model: nn.Module, tokens: torch.Tensor, targets: to
             f"{name}: tokens must be (n, N) and targets (n, N, num_outputs={model.config.num_outputs}); "
             f"got {tuple(tokens.shape)} and {tuple(targets.shape)}"
         )
+    low, high = (int(tokens.min()), int(tokens.max())) if tokens.numel() else (0, 0)  # once per call
+    if low < 0 or high >= model.config.vocab_size:
+        raise ValueError(f"{name}: tokens must lie in [0, {model.config.vocab_size}), got [{low}, {high}]")
 
 
 @torch.no_grad()
@@ -305,19 +407,22 @@ def evaluate_tagger(
     tokens: torch.Tensor,
     targets: torch.Tensor,
     *,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     batch_size: int = 1024,
 ) -> float:
-    """Share of labels (all tokens, all outputs) that ``model`` predicts right (chapter 5)."""
+    """Share of labels (all tokens, all outputs) that ``model`` predicts right (chapter 5).
+
+    Runs where the model is (``device``, if given, must be the model's device)."""
     _check_tagged("evaluate_tagger", model, tokens, targets)
-    model.to(device).eval()
-    correct = 0
+    device = _eval_device("evaluate_tagger", model, device)
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
     for start in range(0, len(tokens), batch_size):
         x = tokens[start : start + batch_size].to(device)
         y = targets[start : start + batch_size].to(device)
         logits, _ = model(x)  # (b, N, outputs, classes)
-        correct += (logits.argmax(-1) == y).sum().item()
-    return correct / targets.numel()
+        correct += (logits.argmax(-1) == y).sum()
+    return correct.item() / targets.numel()
 
 
 def train_tagger(
@@ -328,7 +433,7 @@ def train_tagger(
     steps: int,
     batch_size: int = 128,
     lr: float = 3e-3,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     seed: int = 0,
     eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
     eval_every: int | None = None,
@@ -339,75 +444,43 @@ def train_tagger(
 
     Defined in chapter 5. Batches are drawn from ``(tokens, targets)`` in a shuffled order that
     depends only on ``seed``. If ``eval_data = (tokens, targets)`` is given, the accuracy
-    (``evaluate_tagger``) is recorded every ``eval_every`` steps and after the last step.
+    (``evaluate_tagger``) is recorded every ``eval_every`` steps and after the last step. The
+    model trains where it is, or on ``device`` if one is given.
     """
     _check_tagged("train_tagger", model, tokens, targets)
     _check_steps("train_tagger", steps, eval_every)
     _check_positive("train_tagger", batch_size=batch_size, lr=lr)
     if eval_data is not None:
         _check_tagged("train_tagger (eval_data)", model, *eval_data)
+    device = _train_device(model, device)
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss_of(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
         logits, _ = model(x)  # (B, N, outputs, classes)
         return nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten())  # (B*N*outputs, classes)
 
-    return _train_on_tensors(model, tokens, targets, loss_of, evaluate_tagger, steps=steps, batch_size=batch_size,
-                             lr=lr, device=device, seed=seed, eval_data=eval_data, eval_every=eval_every,
-                             progress=progress, desc=desc)
+    def evaluate() -> float:
+        return evaluate_tagger(model, *eval_data)
+
+    return _train_loop(model, _tensor_batches(tokens, targets, batch_size, seed, device), loss_of, steps=steps,
+                       lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
+                       progress=progress, desc=desc)
 
 
-def _train_on_tensors(
-    model: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    evaluate: Callable[..., Any],
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    device: torch.device | str,
-    seed: int,
-    eval_data: tuple[Any, ...] | None,
-    eval_every: int | None,
-    progress: bool,
-    desc: str,
-) -> TrainHistory:
-    """Adam over shuffled mini-batches of ``(inputs, targets)``, shared by the tagger (chapter 5),
-    the classifiers and the captioners (chapter 4): ``loss_of(x, y)`` is the batch loss,
-    ``evaluate(model, *eval_data, device=...)`` the result recorded every ``eval_every`` steps
-    and at the end (an accuracy, or a ``CaptionEval``), with the training time so far in
-    ``history.eval_seconds`` (evaluations excluded)."""
-    model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+def _tensor_batches(
+    inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, seed: int, device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled mini-batches of ``(inputs, targets)`` on ``device``, for the taggers (chapter 5),
+    classifiers and captioners (chapter 4): each pass draws a permutation (from ``seed``, on the
+    CPU) and the batches take its indices in order; a pass ends when fewer than ``batch_size``
+    are left."""
     generator = torch.Generator().manual_seed(seed)
-    history = TrainHistory()
     order = torch.empty(0, dtype=torch.long)
-    started, evaluating = time.perf_counter(), 0.0
-    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
-    for step in bar:
+    while True:
         if len(order) < batch_size:
             order = torch.randperm(len(inputs), generator=generator)
         index, order = order[:batch_size], order[batch_size:]
-        loss = loss_of(inputs[index].to(device), targets[index].to(device))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history.steps.append(step)
-        history.loss.append(loss.item())
-        if eval_data is not None and ((eval_every and step % eval_every == 0) or step == steps):
-            before = time.perf_counter()
-            result = evaluate(model, *eval_data, device=device)
-            evaluating += time.perf_counter() - before
-            model.train()
-            history.eval_steps.append(step)
-            history.evals.append(result)
-            history.eval_seconds.append(time.perf_counter() - started - evaluating)
-            score = {"exact": result.exact_match} if isinstance(result, CaptionEval) else {"accuracy": result}
-            bar.set_postfix(loss=f"{loss.item():.3f}", **{k: f"{v:.3f}" for k, v in score.items()})
-    history.seconds = time.perf_counter() - started
-    model.eval()
-    return history
+        yield inputs[index].to(device), targets[index].to(device)
 
 
 Classifier = StructuredClassifier | HierarchicalClassifier
@@ -428,17 +501,20 @@ def _check_classified(name: str, model: nn.Module, tokens: torch.Tensor, labels:
 
 @torch.no_grad()
 def evaluate_classifier(
-    model: Classifier, tokens: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu",
+    model: Classifier, tokens: torch.Tensor, labels: torch.Tensor, *, device: Device | None = None,
     batch_size: int = 1024,
 ) -> float:
-    """Share of examples whose predicted class is the label (chapter 4)."""
+    """Share of examples whose predicted class is the label (chapter 4).
+
+    Runs where the model is (``device``, if given, must be the model's device)."""
     _check_classified("evaluate_classifier", model, tokens, labels)
-    model.to(device).eval()
-    correct = 0
+    device = _eval_device("evaluate_classifier", model, device)
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
     for start in range(0, len(tokens), batch_size):
         logits = model(tokens[start : start + batch_size].to(device))[0]  # (b, classes)
-        correct += (logits.argmax(-1) == labels[start : start + batch_size].to(device)).sum().item()
-    return correct / len(labels)
+        correct += (logits.argmax(-1) == labels[start : start + batch_size].to(device)).sum()
+    return correct.item() / len(labels)
 
 
 def train_classifier(
@@ -450,7 +526,7 @@ def train_classifier(
     batch_size: int = 64,
     lr: float = 3e-3,
     penalty: float = 0.0,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     seed: int = 0,
     eval_data: tuple[torch.Tensor, torch.Tensor] | None = None,
     eval_every: int | None = None,
@@ -460,8 +536,8 @@ def train_classifier(
     """Train a classifier with Adam on the cross-entropy, for ``steps`` mini-batches (chapter 4).
 
     With ``penalty > 0`` (a ``StructuredClassifier`` only), the loss adds ``penalty`` times the
-    batch mean of ``frobenius_penalty`` of the hops, as in Lin et al. (2017). Evaluation as in
-    ``train_tagger``: accuracy every ``eval_every`` steps and after the last.
+    batch mean of ``frobenius_penalty`` of the hops, as in Lin et al. (2017). Evaluation and
+    device as in ``train_tagger``: accuracy every ``eval_every`` steps and after the last.
     """
     _check_classified("train_classifier", model, tokens, labels)
     _check_steps("train_classifier", steps, eval_every)
@@ -473,14 +549,20 @@ def train_classifier(
     if eval_data is not None:
         _check_classified("train_classifier (eval_data)", model, *eval_data)
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    device = _train_device(model, device)
+
+    def loss_of(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
         logits, weights, *_ = model(x)  # (B, classes), attention weights
         loss = nn.functional.cross_entropy(logits, y)
         return loss + penalty * frobenius_penalty(weights).mean() if penalty else loss
 
-    return _train_on_tensors(model, tokens, labels, loss_of, evaluate_classifier, steps=steps, batch_size=batch_size,
-                             lr=lr, device=device, seed=seed, eval_data=eval_data, eval_every=eval_every,
-                             progress=progress, desc=desc)
+    def evaluate() -> float:
+        return evaluate_classifier(model, *eval_data)
+
+    return _train_loop(model, _tensor_batches(tokens, labels, batch_size, seed, device), loss_of, steps=steps,
+                       lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
+                       progress=progress, desc=desc)
 
 
 # Captioning with soft and hard attention (chapter 4, part 1) ----------------------------------
@@ -528,23 +610,26 @@ def shift_captions(captions: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_captioner(
-    model: Captioner, task: SceneTask, *, device: torch.device | str = "cpu", batch_size: int = 500
+    model: Captioner, task: SceneTask, *, device: Device | None = None, batch_size: int = 500
 ) -> CaptionEval:
     """Greedy captions of every scene in ``task``, scored (chapter 4). Hard models attend to the
-    most likely location (eval mode)."""
+    most likely location (eval mode). Runs where the model is (``device``, if given, must be the
+    model's device); the ``tokens`` and ``weights`` of the result are on the CPU."""
     _check_captioner("evaluate_captioner", model, task)
-    model.to(device).eval()
+    device = _eval_device("evaluate_captioner", model, device)
+    model.eval()
     T = task.captions.shape[1]
     outputs = [model.generate(task.images[i : i + batch_size].to(device), T) for i in range(0, len(task), batch_size)]
     tokens = torch.cat([o.tokens for o in outputs]).cpu()  # type: ignore[misc]  # (n, T)
     weights = torch.cat([o.weights for o in outputs]).cpu()  # (n, T, L)
-    real = task.captions != PAD  # (n, T)
-    right = tokens == task.captions
+    captions, cells = task.captions.cpu(), task.cells.cpu()
+    real = captions != PAD  # (n, T)
+    right = tokens == captions
     exact = (right | ~real).all(dim=1).float().mean().item()
     token_accuracy = (right & real).sum().item() / real.sum().item()
-    objects = (task.cells >= 0) & right  # object words generated right
+    objects = (cells >= 0) & right  # object words generated right
     looked_at = region_cells(model.config, task.grid)[weights.argmax(-1)]  # (n, T): cell of the largest weight
-    hits = (looked_at == task.cells)[objects]
+    hits = (looked_at == cells)[objects]
     grounding = hits.float().mean().item() if len(hits) else float("nan")
     return CaptionEval(exact, token_accuracy, grounding, len(hits), tokens, weights)
 
@@ -612,7 +697,7 @@ def train_captioner(
     reward: str = "to_go",
     baseline_decay: float | None = 0.9,
     entropy_weight: float = 0.01,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     seed: int = 0,
     eval_data: SceneTask | None = None,
     eval_every: int | None = None,
@@ -625,6 +710,8 @@ def train_captioner(
     ``baseline_decay`` (``None``: no baseline) and the entropy bonus ``entropy_weight``.
     ``history.evals`` holds a ``CaptionEval`` of ``eval_data`` every ``eval_every`` steps and
     after the last; ``history.eval_seconds`` the training time (evaluations excluded) at each.
+    The model trains where it is, or on ``device`` if one is given; hard attention draws its
+    locations with a generator seeded by ``seed`` on that device.
     """
     _check_captioner("train_captioner", model, task)
     _check_steps("train_captioner", steps, eval_every)
@@ -635,20 +722,21 @@ def train_captioner(
         raise ValueError(f"train_captioner: entropy_weight must be a non-negative number, got {entropy_weight!r}")
     if eval_data is not None:
         _check_captioner("train_captioner (eval_data)", model, eval_data)
+    device = _train_device(model, device)
     baseline = None if baseline_decay is None else MovingAverageBaseline(baseline_decay)
-    sampler = torch.Generator(device=device).manual_seed(seed)  # hard attention's locations
+    sampler = torch.Generator(device=device).manual_seed(seed)  # hard attention's locations, where they are drawn
 
-    def loss_of(images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
+    def loss_of(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        images, captions = batch
         return caption_loss(model, images, captions, baseline=baseline, reward=reward,
                             entropy_weight=entropy_weight, generator=sampler)[0]
 
-    def evaluate(model: Captioner, task: SceneTask, device: torch.device | str) -> CaptionEval:
-        return evaluate_captioner(model, task, device=device)
+    def evaluate() -> CaptionEval:
+        return evaluate_captioner(model, eval_data)
 
-    return _train_on_tensors(model, task.images, task.captions, loss_of, evaluate, steps=steps,
-                             batch_size=batch_size, lr=lr, device=device, seed=seed,
-                             eval_data=None if eval_data is None else (eval_data,), eval_every=eval_every,
-                             progress=progress, desc=desc)
+    return _train_loop(model, _tensor_batches(task.images, task.captions, batch_size, seed, device), loss_of,
+                       steps=steps, lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
+                       progress=progress, desc=desc)
 
 
 def gradient_noise(
@@ -659,7 +747,7 @@ def gradient_noise(
     batch_size: int = 64,
     reward: str = "to_go",
     baseline: bool = True,
-    device: torch.device | str = "cpu",
+    device: Device | None = None,
     seed: int = 0,
 ) -> float:
     """Noise of the gradient that reaches the attention MLP ``f_att`` (chapter 4).
@@ -669,26 +757,29 @@ def gradient_noise(
     ``E||g - mean g||^2 / ||mean g||^2``: 0 for a gradient that never changes; above 1 when the
     noise is larger than the signal. A hard model samples its locations (training mode); its
     ``baseline``, when used, is the mean reward per step over the same batches, computed first.
+    Runs where the model is (``device``, if given, must be the model's device), with the
+    locations drawn by a generator on that device.
     """
     _check_captioner("gradient_noise", model, task)
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 2:
         raise ValueError(f"gradient_noise: batches must be an int >= 2, got {batches!r}")
-    model.to(device).train()
-    g = torch.Generator().manual_seed(seed)
+    device = _eval_device("gradient_noise", model, device)
+    model.train()
+    g = torch.Generator().manual_seed(seed)  # which scenes: on the CPU, where the data is indexed
     picks = [torch.randint(0, len(task), (batch_size,), generator=g) for _ in range(batches)]
     sampler = torch.Generator(device=device).manual_seed(seed)
     fixed: torch.Tensor | None = None
     if baseline and isinstance(model, HardCaptioner):
         state = sampler.get_state()
-        total, count = torch.zeros(()), torch.zeros(())
+        total = count = torch.zeros((), device=device)
         with torch.no_grad():
             for index in picks:
                 captions = task.captions[index].to(device)
                 out = model(task.images[index].to(device), shift_captions(captions), generator=sampler)
                 nll, real = _caption_nll(out, captions)
-                total = total + (_location_reward(nll, reward) * real).sum(0).cpu()  # (T,)
-                count = count + real.sum(0).cpu()
-        fixed = (total / count.clamp_min(1)).to(device)  # mean reward per step
+                total = total + (_location_reward(nll, reward) * real).sum(0)  # (T,)
+                count = count + real.sum(0)
+        fixed = total / count.clamp_min(1)  # mean reward per step
         sampler.set_state(state)  # the measured batches draw the same locations
     params = list(model.f_att.parameters())
     grads = []

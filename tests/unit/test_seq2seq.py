@@ -63,6 +63,22 @@ def test_summaries_follow_their_definitions():
         summarize(hs, last, mask, "median")
 
 
+@pytest.mark.parametrize("kwargs", CONFIGS[:2])
+def test_greedy_decoding_is_its_steps_cut_where_every_row_has_ended(kwargs):
+    """greedy_steps (no host read, used on the meta device) are the steps greedy_decode takes."""
+    model = _model(**kwargs).eval()
+    batch = make_batch([("abcab", "abc"), ("fed", "de")], VOCAB, VOCAB)
+    for eager_to_end in (False, True):
+        if eager_to_end:  # END is the most likely token from the start: decoding stops after one step
+            with torch.no_grad():
+                model.decoder.out.bias[CharVocab.END] = 100.0
+        tokens, _ = model.greedy_decode(batch.src, batch.src_lengths, max_len=8)
+        with torch.no_grad():
+            steps = torch.cat([t for t, _ in model.greedy_steps(batch.src, batch.src_lengths, max_len=8)], dim=1)
+        assert steps.shape == (2, 8) and torch.equal(steps[:, : tokens.shape[1]], tokens)
+        assert tokens.shape[1] == (1 if eager_to_end else 8)
+
+
 @pytest.mark.parametrize("kwargs", CONFIGS[:3])
 def test_greedy_decoding_agrees_with_teacher_forcing(kwargs):
     """Feeding the greedy output back in as teacher-forced input gives the same argmax."""

@@ -100,6 +100,10 @@ def test_cached_decoding_equals_full_recomputation(norm_first):
     tokens_nc, weights_nc = model.greedy_decode(src, lengths, max_len=9, use_cache=False)
     assert torch.equal(tokens, tokens_nc)
     torch.testing.assert_close(weights, weights_nc)
+    with torch.no_grad():  # the steps without the early stop (they run on the meta device) begin the same
+        steps = list(model.greedy_steps(src, lengths, max_len=9))
+    assert len(steps) == 9 and torch.equal(torch.cat([t for t, _ in steps], 1)[:, : tokens.shape[1]], tokens)
+    torch.testing.assert_close(torch.cat([w for _, w in steps], 1)[:, : tokens.shape[1]], weights)
     assert weights.shape == (4, tokens.shape[1], 8)
     assert torch.all(weights[1, :, 5:] == 0)  # padding of source 1 gets no attention
 

@@ -126,15 +126,11 @@ def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
     return attn_weight @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
 
 
-def _fully_masked_rows(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
-    """(..., L, 1) True where a query has no key left, or None when no row can be fully masked."""
-    if attn_mask is None:
-        return None
+def _fully_masked_rows(attn_mask: torch.Tensor) -> torch.Tensor:
+    """``(..., L, 1)``: True where a query has no key left. No branch on the values (no host read)."""
     if attn_mask.dtype == torch.bool:
-        empty = ~attn_mask.any(-1, keepdim=True)
-    else:
-        empty = torch.isneginf(attn_mask).all(-1, keepdim=True)
-    return empty if bool(empty.any()) else None
+        return ~attn_mask.any(-1, keepdim=True)
+    return torch.isneginf(attn_mask).all(-1, keepdim=True)
 
 
 def scaled_dot_product_attention(
@@ -183,7 +179,6 @@ def scaled_dot_product_attention(
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
-    empty = _fully_masked_rows(attn_mask, query, key)
-    if empty is not None:  # the book's convention, whatever the backend returned there
-        out = out.masked_fill(empty, 0.0)
+    if attn_mask is not None:  # the book's convention, whatever the backend returned there
+        out = out.masked_fill(_fully_masked_rows(attn_mask), 0.0)
     return out

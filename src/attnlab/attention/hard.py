@@ -18,10 +18,16 @@ __all__ = ["MovingAverageBaseline", "attention_entropy", "hard_attend", "reinfor
 
 
 def _check_weights(name: str, weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Check shapes (always) and values (on the CPU only); return the probabilities, masked and renormalised.
+
+    Reading values on the host costs nothing on the CPU but a synchronisation on an accelerator,
+    at every decoding step of a hard-attention model: there ``torch.multinomial`` checks them.
+    """
     if not isinstance(weights, torch.Tensor) or not weights.dtype.is_floating_point or weights.dim() != 2:
         got = f"{weights.dtype} {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise ValueError(f"{name}: weights must be a floating (B, L) tensor of probabilities, got {got}")
-    if bool((weights < 0).any()) or not bool(torch.isfinite(weights).all()):
+    on_host = weights.device.type == "cpu"
+    if on_host and (bool((weights < 0).any()) or not bool(torch.isfinite(weights).all())):
         raise ValueError(f"{name}: weights must be finite and non-negative")
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != weights.shape:
@@ -29,7 +35,7 @@ def _check_weights(name: str, weights: torch.Tensor, mask: torch.Tensor | None) 
             raise ValueError(f"{name}: mask must be a boolean tensor of shape {tuple(weights.shape)}, got {got}")
         weights = weights * mask  # masked locations can never be drawn
     empty = weights.sum(-1) <= 0
-    if bool(empty.any()):
+    if on_host and bool(empty.any()):
         raise ValueError(f"{name}: rows {empty.nonzero().flatten().tolist()} have no location left to sample (mask)")
     return weights / weights.sum(-1, keepdim=True)
 
@@ -40,7 +46,9 @@ def sample_location(
     """Draw one location per row from ``weights`` (True in ``mask`` = may be drawn).
 
     Returns ``(index (B,), log_prob (B,))``; ``log_prob`` is differentiable in ``weights``, which
-    is what REINFORCE needs.
+    is what REINFORCE needs. ``generator``, if given, must be on the device of ``weights``.
+    Negative or non-finite weights, and rows with nothing left to draw, raise a ``ValueError``
+    on the CPU; elsewhere ``torch.multinomial``'s own check applies (no host read per draw).
     """
     probs = _check_weights("sample_location", weights, mask)
     index = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)  # (B,)

@@ -26,14 +26,19 @@ def _check_sizes(name: str, **sizes: int) -> None:
             raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
 
 
-def _frequencies(d_model: int, base: float, dtype: torch.dtype) -> torch.Tensor:
-    return torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=dtype) / d_model)  # (d/2,)
+def _frequencies(d_model: int, base: float, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
+    return torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=dtype, device=device) / d_model)  # (d/2,)
 
 
-def sinusoidal_encoding(max_len: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoidal_encoding(
+    max_len: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """The sinusoidal positional encoding, shape ``(max_len, d_model)`` (defined in chapter 5).
 
     Even columns hold sines and odd columns cosines of ``p * w_i`` with ``w_i = base^(-2i/d)``.
+    Made on ``device`` (PyTorch's default, the CPU, when ``None``); a module that registers it
+    as a buffer takes it along when it moves.
 
     Raises:
         ValueError: a size is not a positive int, or ``d_model`` is odd.
@@ -41,29 +46,33 @@ def sinusoidal_encoding(max_len: int, d_model: int, *, base: float = 10_000.0, d
     _check_sizes("sinusoidal_encoding", max_len=max_len, d_model=d_model)
     if d_model % 2:
         raise ValueError(f"sinusoidal_encoding: d_model must be even (sin/cos pairs), got {d_model}")
-    positions = torch.arange(max_len, dtype=dtype)[:, None]  # (max_len, 1)
-    angles = positions * _frequencies(d_model, base, dtype)[None, :]  # (max_len, d/2)
-    pe = torch.zeros(max_len, d_model, dtype=dtype)
+    positions = torch.arange(max_len, dtype=dtype, device=device)[:, None]  # (max_len, 1)
+    angles = positions * _frequencies(d_model, base, dtype, device)[None, :]  # (max_len, d/2)
+    pe = torch.zeros(max_len, d_model, dtype=dtype, device=device)
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles)
     return pe
 
 
-def relative_rotation(offset: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def relative_rotation(
+    offset: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """The matrix ``M_k`` of shape ``(d_model, d_model)`` with ``PE(p + k) = M_k @ PE(p)`` (chapter 5).
 
     Each pair (sin(p w), cos(p w)) is rotated by the angle ``k w``:
     sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw); cos((p+k)w) = -sin(kw) sin(pw) + cos(kw) cos(pw).
+    Made on ``device`` (the CPU when ``None``), like ``sinusoidal_encoding``.
     """
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise ValueError(f"relative_rotation: offset must be an int, got {offset!r}")
     _check_sizes("relative_rotation", d_model=d_model)
     if d_model % 2:
         raise ValueError(f"relative_rotation: d_model must be even, got {d_model}")
-    angles = offset * _frequencies(d_model, base, dtype)  # (d/2,)
-    m = torch.zeros(d_model, d_model, dtype=dtype)
+    angles = offset * _frequencies(d_model, base, dtype, device)  # (d/2,)
+    m = torch.zeros(d_model, d_model, dtype=dtype, device=device)
     c, s = torch.cos(angles), torch.sin(angles)
-    idx = torch.arange(0, d_model, 2)
+    idx = torch.arange(0, d_model, 2, device=device)
     m[idx, idx], m[idx, idx + 1] = c, s  # new sin = cos(kw) sin + sin(kw) cos
     m[idx + 1, idx], m[idx + 1, idx + 1] = -s, c  # new cos = -sin(kw) sin + cos(kw) cos
     return m

@@ -12,6 +12,7 @@ Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` encoder out
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -120,11 +121,32 @@ def summarize(hs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, how: str
     raise ValueError(f"summarize: how must be one of {CONTEXTS}, got {how!r}")
 
 
+def _packed_rnn(rnn: nn.RNNBase, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, State]:
+    """Run ``rnn`` over the real positions of the padded sequences ``x (B, S, E)`` (chapter 1).
+
+    ``lengths (B,)`` must be on the CPU: packing needs them there. This is what
+    ``pack_padded_sequence(..., enforce_sorted=False)`` and ``pad_packed_sequence`` do, with the
+    sorting by length done here on the host, from those lengths: ``pad_packed_sequence`` would
+    copy the order back from the device (a synchronisation; impossible on the meta device).
+    Returns the outputs ``(B, S, D)``, zero on padding, and the last state, in the batch's order.
+    """
+    sorted_lengths, order = torch.sort(lengths, descending=True)  # longest first, as packing wants
+    restore = order.argsort()  # the inverse permutation
+    order, restore = order.to(x.device), restore.to(x.device)
+    packed = pack_padded_sequence(x.index_select(0, order), sorted_lengths, batch_first=True)
+    outputs, state = rnn(packed)
+    hs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])  # (B, S, D), sorted
+    if isinstance(state, tuple):  # LSTM: (h, c), each (directions, B, H)
+        return hs.index_select(0, restore), (state[0].index_select(1, restore), state[1].index_select(1, restore))
+    return hs.index_select(0, restore), state.index_select(1, restore)
+
+
 class Encoder(nn.Module):
     """Embedding and a recurrent layer (GRU or LSTM, optionally bidirectional).
 
     Defined in chapter 1. Padded sequences are packed, so the last state of each sequence is
-    the state after its last *real* token, and ``hs`` is zero on padding.
+    the state after its last *real* token, and ``hs`` is zero on padding. Packing reads the
+    lengths on the host: ``src_lengths`` on the CPU costs nothing, on a GPU one copy per call.
     """
 
     def __init__(self, config: Seq2SeqConfig):
@@ -138,9 +160,7 @@ class Encoder(nn.Module):
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         B, S = src.shape
         embedded = self.embedding(src)  # (B, S) -> (B, S, E)
-        packed = pack_padded_sequence(embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, state = self.rnn(packed)
-        hs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=S)  # (B, S, D)
+        hs, state = _packed_rnn(self.rnn, embedded, src_lengths.to("cpu", torch.long))  # (B, S, D)
         h = state[0] if isinstance(state, tuple) else state  # (directions, B, H)
         # forward direction's last state, and for a bidirectional encoder the backward direction's
         # state after reading the first token: (directions, B, H) -> (B, D)
@@ -392,26 +412,30 @@ class Seq2Seq(nn.Module):
         self.decoder = decoder if decoder is not None else Decoder(config)
 
     @staticmethod
-    def _check_source(src: torch.Tensor, src_lengths: torch.Tensor) -> None:
+    def _check_source(src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
+        """Check the source; returns ``src_lengths`` on the CPU, where the encoder reads them anyway
+        (so the check of their values costs no extra synchronisation)."""
         if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype != torch.long:
             got = f"{src.dtype} of shape {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
             raise ValueError(f"Seq2Seq: src must be a (B, S) tensor of token ids (torch.long), got {got}")
         if not isinstance(src_lengths, torch.Tensor) or src_lengths.shape != (src.shape[0],):
             got = tuple(src_lengths.shape) if isinstance(src_lengths, torch.Tensor) else type(src_lengths).__name__
             raise ValueError(f"Seq2Seq: src_lengths must have shape ({src.shape[0]},), got {got}")
-        if int(src_lengths.min()) < 1 or int(src_lengths.max()) > src.shape[1]:
-            raise ValueError(f"Seq2Seq: src_lengths must lie in [1, {src.shape[1]}], got {src_lengths.tolist()}")
+        lengths = src_lengths.to("cpu", torch.long)  # the encoder's one read of data on the host
+        if int(lengths.min()) < 1 or int(lengths.max()) > src.shape[1]:
+            raise ValueError(f"Seq2Seq: src_lengths must lie in [1, {src.shape[1]}], got {lengths.tolist()}")
+        return lengths
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing: logits ``(B, T, V)`` for every target position, and the attention
         weights ``(B, T, S)`` (``None`` for decoders without attention)."""
-        self._check_source(src, src_lengths)
+        lengths = self._check_source(src, src_lengths)
         if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
             got = tuple(tgt_in.shape) if isinstance(tgt_in, torch.Tensor) else type(tgt_in).__name__
             raise ValueError(f"Seq2Seq: tgt_in must have shape ({src.shape[0]}, T), got {got}")
-        memory = self.encoder(src, src_lengths)
+        memory = self.encoder(src, lengths)
         logits, _, weights = self.decoder(tgt_in, self.decoder.init_state(memory), memory)
         return logits, weights
 
@@ -421,26 +445,44 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Decode by always taking the most likely next token, for at most ``max_len`` steps.
 
+        Decoding stops early once every sequence has produced END: that test reads a flag on the
+        host after each step (a synchronisation per step on an accelerator, and the reason this
+        method cannot run on the meta device; its steps, ``greedy_steps``, can).
+
         Returns:
             tokens ``(B, T')`` with ``T' <= max_len`` (END included where it was produced;
             decode each row with ``CharVocab.decode``), and the attention weights
             ``(B, T', S)`` or ``None``.
         """
-        self._check_source(src, src_lengths)
+        lengths = self._check_source(src, src_lengths)  # on the CPU: checked again there at no cost
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"Seq2Seq.greedy_decode: max_len must be a positive int, got {max_len!r}")
-        memory = self.encoder(src, src_lengths)
-        state = self.decoder.init_state(memory)
-        token = torch.full((src.shape[0], 1), CharVocab.START, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         tokens, weights = [], []
-        for _ in range(max_len):
-            logits, state, w = self.decoder(token, state, memory)  # (B, 1, V)
-            token = logits.argmax(-1)  # (B, 1)
+        for token, w in self.greedy_steps(src, lengths, max_len):
             tokens.append(token)
             if w is not None:
                 weights.append(w)
             done |= token[:, 0] == CharVocab.END
-            if bool(done.all()):
+            if bool(done.all()):  # the host read: stop once every sequence has ended
                 break
         return torch.cat(tokens, dim=1), (torch.cat(weights, dim=1) if weights else None)
+
+    def greedy_steps(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The steps of ``greedy_decode``, without its early stop (chapter 1): for each of
+        ``max_len`` steps, the most likely token ``(B, 1)`` and the attention weights
+        ``(B, 1, S)`` (or ``None``).
+
+        Apart from the source lengths, which packing reads on the host (pass them on the CPU),
+        nothing here reads a value on the host, so the steps run on any device, meta included.
+        Run it under ``torch.no_grad()`` unless gradients are wanted.
+        """
+        memory = self.encoder(src, self._check_source(src, src_lengths))
+        state = self.decoder.init_state(memory)
+        token = torch.full((src.shape[0], 1), CharVocab.START, dtype=torch.long, device=src.device)  # (B, 1)
+        for _ in range(max_len):
+            logits, state, w = self.decoder(token, state, memory)  # (B, 1, V)
+            token = logits.argmax(-1)  # (B, 1)
+            yield token, w

@@ -61,8 +61,9 @@ def hop_overlap(weights: torch.Tensor) -> torch.Tensor:
     if r < 2:
         raise ValueError(f"hop_overlap: needs at least 2 hops, got {r}")
     pairs = torch.minimum(weights[:, :, None, :], weights[:, None, :, :]).sum(-1)  # (B, r, r)
-    off = ~torch.eye(r, dtype=torch.bool, device=weights.device)
-    return pairs[:, off].mean(dim=-1)
+    # the off-diagonal entries, by index (a boolean mask as index would read it on the host)
+    off = torch.tensor([i * r + j for i in range(r) for j in range(r) if i != j], device=weights.device)
+    return pairs.flatten(1)[:, off].mean(dim=-1)  # (B, r * r) -> (B, r (r - 1)) -> (B,)
 
 
 def _check_sizes(config: object) -> None:

@@ -21,13 +21,13 @@ Shapes: source tokens ``(B, S)``, target tokens ``(B, T)``, model size ``D = d_m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from attnlab.attention.masking import causal_mask, padding_mask
+from attnlab.attention.masking import causal_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.vocab import CharVocab
@@ -347,9 +347,14 @@ class Transformer(nn.Module):
     def encode(
         self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor | None]]:
-        """``src (B, S)`` -> ``(memory (B, S, D), src_mask (B, 1, 1, S), encoder weights per layer)``."""
+        """``src (B, S)`` -> ``(memory (B, S, D), src_mask (B, 1, 1, S), encoder weights per layer)``.
+
+        The mask is ``padding_mask(src_lengths, S)``, built here without its checks of the
+        lengths' values, which would read them on the host at every step."""
         self._check_source(src, src_lengths)
-        src_mask = padding_mask(src_lengths.to(src.device), src.shape[1])  # (B, 1, 1, S), True = real
+        positions = torch.arange(src.shape[1], device=src.device)  # (S,)
+        real = positions[None, :] < src_lengths.to(src.device)[:, None]  # (B, 1) vs (1, S) -> (B, S)
+        src_mask = real[:, None, None, :]  # (B, S) -> (B, 1, 1, S), True = real
         memory, weights = self.encoder(self.src_embed(src), src_mask, need_weights)
         return memory, src_mask, weights
 
@@ -384,7 +389,10 @@ class Transformer(nn.Module):
 
         With ``use_cache`` each step feeds only the newest token and reuses the cached keys and
         values; without it each step re-runs the decoder on the whole prefix (the same result,
-        O(t) times the work at step t).
+        O(t) times the work at step t). Decoding stops early once every sequence has produced
+        END: that test reads a flag on the host after each step (the one synchronisation of a
+        step, and the reason this method cannot run on the meta device; its steps,
+        ``greedy_steps``, can).
 
         Returns:
             tokens ``(B, T')`` (END included where produced) and the last decoder layer's
@@ -392,23 +400,36 @@ class Transformer(nn.Module):
         """
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"Transformer.greedy_decode: max_len must be a positive int, got {max_len!r}")
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        tokens, weights = [], []
+        for token, w in self.greedy_steps(src, src_lengths, max_len, use_cache):
+            tokens.append(token)
+            weights.append(w)
+            done |= token[:, 0] == CharVocab.END
+            if bool(done.all()):  # the host read: stop once every sequence has ended
+                break
+        return torch.cat(tokens, dim=1), torch.cat(weights, dim=1)
+
+    def greedy_steps(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, max_len: int, use_cache: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The steps of ``greedy_decode``, without its early stop (chapter 6): for each of
+        ``max_len`` steps, the most likely token ``(B, 1)`` and the last layer's cross-attention
+        weights averaged over heads, ``(B, 1, S)``.
+
+        Nothing here reads a value on the host, so the steps run on any device, meta included.
+        Run it under ``torch.no_grad()`` unless gradients are wanted.
+        """
         memory, src_mask, _ = self.encode(src, src_lengths)
         B = src.shape[0]
         prefix = torch.full((B, 1), CharVocab.START, dtype=torch.long, device=src.device)  # (B, 1)
         caches = [KVCache() for _ in self.decoder.layers] if use_cache else None
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        tokens, weights = [], []
         for _ in range(max_len):
             new = prefix[:, -1:] if use_cache else prefix  # (B, 1) or (B, t)
             logits, dec_w = self.decode(new, memory, src_mask, caches, need_weights=True)
             token = logits[:, -1:].argmax(-1)  # (B, 1)
-            tokens.append(token)
-            weights.append(dec_w[-1][1][:, :, -1:].mean(1) if dec_w else memory.new_zeros(B, 1, src.shape[1]))
             prefix = torch.cat([prefix, token], dim=1)
-            done |= token[:, 0] == CharVocab.END
-            if bool(done.all()):
-                break
-        return torch.cat(tokens, dim=1), torch.cat(weights, dim=1)
+            yield token, (dec_w[-1][1][:, :, -1:].mean(1) if dec_w else memory.new_zeros(B, 1, src.shape[1]))
 
 
 def warmup_schedule(

@@ -1,0 +1,820 @@
+"""Every model and every attention function runs on PyTorch's ``meta`` device, forward and backward.
+
+A meta tensor has a shape and a dtype but no data, so a case runs in a fraction of a second
+without a GPU, and it finds the two mistakes that break a model on a GPU while it works on the
+CPU:
+
+- a tensor made on the wrong device in a forward pass (``torch.zeros(n)`` without ``device=``):
+  mixing it into a meta computation raises "Tensor on device cpu is not on the expected device
+  meta";
+- a host synchronisation in a hot path (``.item()``, ``bool(t)``, ``.tolist()``, ``.cpu()``):
+  a meta tensor has no value to read, so these raise too.
+
+A few meta kernels do not check devices (an embedding looks up CPU token ids in meta weights
+without complaint, where a GPU raises; indexing with a CPU index copies it over), so every case
+also runs under ``OneDevice``, which refuses any operation on tensors of two devices.
+
+Each case builds its modules and moves them with ``.to("meta")`` (as a chapter does with
+``.to(device)``), feeds meta tensors, and back-propagates ``sum()`` of the outputs; every
+parameter the case names must receive a gradient on meta. ``test_every_public_model_has_a_case``
+and ``test_every_public_attention_function_has_a_case`` fail when a public model or attention
+function is added without a case here.
+
+Left out, each for a value that must be read on the host (listed in ``EXCLUDED`` below where it
+is a public function):
+
+- ``Seq2Seq.greedy_decode`` and ``Transformer.greedy_decode``: their early stop reads whether
+  every sequence has ended. Their steps (``greedy_steps``) run here, for the full ``max_len``.
+- ``Seq2Seq``'s source lengths are given on the CPU: packing a padded batch for the RNN
+  (``pack_padded_sequence``) needs them on the host; the tokens are on meta.
+- hard attention draws its locations without a generator here: PyTorch cannot make a
+  generator on the meta device. ``test_samplers_are_made_on_the_models_device`` checks instead
+  that the trainers make theirs where the model is.
+- ``MovingAverageBaseline.update`` with one reward per row, ``(B,)``, returns a Python number
+  (a host read, once per batch); its ``(B, T)`` form, the one the captioners use, runs here.
+- ``padding_mask`` checks the values of the lengths on the host (``EXCLUDED``).
+
+The end of the file checks the device rule of ``attnlab.train`` on the CPU: evaluation runs
+where the model is and never moves it; training moves it only to an explicit ``device``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import types
+from collections.abc import Callable, Iterable
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import attnlab.attention
+import attnlab.models
+from attnlab.attention import (
+    BACKENDS,
+    SCORES,
+    LearnedPositionalEmbedding,
+    MovingAverageBaseline,
+    MultiHeadAttention,
+    attention,
+    attention_entropy,
+    band_mask,
+    band_to_dense,
+    banded_attention,
+    blockwise_attention,
+    causal_mask,
+    copy_from_torch,
+    from_key_padding_mask,
+    hard_attend,
+    local_attention,
+    make_score,
+    masked_softmax,
+    padding_mask,
+    reinforce_loss,
+    relative_rotation,
+    sample_location,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+    to_float_mask,
+    window_to_dense,
+)
+from attnlab.attention.scoring import AdditiveScore, Score
+from attnlab.data import SCENE_WORDS, make_scenes
+from attnlab.models import (
+    POSITIONS,
+    AttentionDecoder,
+    AttentionPool,
+    BahdanauDecoder,
+    Captioner,
+    CaptionerConfig,
+    ConvEncoder,
+    Decoder,
+    Encoder,
+    EncoderOutput,
+    HardCaptioner,
+    HierarchicalClassifier,
+    HierarchicalConfig,
+    KVCache,
+    LuongDecoder,
+    LuongLocalDecoder,
+    PositionPredictor,
+    SelfAttentionTagger,
+    Seq2Seq,
+    Seq2SeqConfig,
+    SoftCaptioner,
+    StructuredClassifier,
+    StructuredConfig,
+    StructuredSelfAttention,
+    TaggerConfig,
+    Transformer,
+    TransformerConfig,
+    frobenius_penalty,
+    hop_overlap,
+)
+from attnlab.models.transformer import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    TokenEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+from attnlab.train import caption_loss, gradient_noise, shift_captions, train_captioner
+
+META = torch.device("meta")
+
+# A case returns (outputs, leaves): the outputs (tensors, or nested tuples/lists/dataclasses of
+# them) must all be on meta; the sum of those that need a gradient is back-propagated, and
+# every leaf must then have a gradient on meta.
+Case = Callable[[], tuple[object, list[torch.Tensor]]]
+CASES: dict[str, tuple[Case, tuple[object, ...]]] = {}
+
+
+def case(name: str, *covers: object) -> Callable[[Case], Case]:
+    """Register a case; ``covers``: the public classes and functions it runs."""
+
+    def register(fn: Case) -> Case:
+        assert name not in CASES, name
+        CASES[name] = (fn, covers)
+        return fn
+
+    return register
+
+
+def on_meta(module: nn.Module) -> nn.Module:
+    return module.to(META)
+
+
+def params(*modules: nn.Module) -> list[torch.Tensor]:
+    return [p for m in modules for p in m.parameters() if p.requires_grad]
+
+
+def randn(*shape: int, grad: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, device=META, dtype=dtype, requires_grad=grad)
+
+
+def ids(*shape: int, high: int) -> torch.Tensor:
+    return torch.randint(0, high, shape, device=META)
+
+
+def mask(*shape: int) -> torch.Tensor:
+    return torch.ones(*shape, dtype=torch.bool, device=META)
+
+
+def tensors(out: object) -> Iterable[torch.Tensor]:
+    """Every tensor in a (nested) output."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for item in out:
+            yield from tensors(item)
+    elif hasattr(out, "__dataclass_fields__"):
+        for name in out.__dataclass_fields__:
+            yield from tensors(getattr(out, name))
+
+
+# --- sequence to sequence (chapters 1, 2 and 4) -------------------------------------------------
+
+B, S, T = 3, 5, 4
+SRC_VOCAB, TGT_VOCAB = 12, 11
+
+
+def s2s_config(**options: object) -> Seq2SeqConfig:
+    return Seq2SeqConfig(SRC_VOCAB, TGT_VOCAB, embed_dim=6, hidden_dim=8, **options)
+
+
+def host_lengths() -> torch.Tensor:
+    return torch.tensor([5, 2, 4])  # on the CPU: packing reads them there (module docstring)
+
+
+ENCODERS = {"gru-last": dict(cell="gru", context="last"),
+            "lstm-bidirectional-mean": dict(cell="lstm", bidirectional=True, context="mean"),
+            "gru-bidirectional-max": dict(cell="gru", bidirectional=True, context="max")}
+
+for name, options in ENCODERS.items():
+
+    @case(f"Encoder-{name}", Encoder)
+    def _encoder(options=options):
+        encoder = on_meta(Encoder(s2s_config(**options)))
+        memory = encoder(ids(B, S, high=SRC_VOCAB), host_lengths())
+        return (memory.hs, memory.context, memory.mask), params(encoder)
+
+
+def _memory(config: Seq2SeqConfig) -> EncoderOutput:
+    D = config.encoder_dim
+    return EncoderOutput(hs=randn(B, S, D, grad=True), mask=mask(B, S), context=randn(B, D, grad=True))
+
+
+for name, options in {"gru": dict(cell="gru"),
+                      "lstm-peeky-bidirectional": dict(cell="lstm", peeky=True, bidirectional=True)}.items():
+
+    @case(f"Decoder-{name}", Decoder)
+    def _decoder(options=options):
+        config = s2s_config(**options)
+        decoder, memory = on_meta(Decoder(config)), _memory(config)
+        logits, _, _ = decoder(ids(B, T, high=TGT_VOCAB), decoder.init_state(memory), memory)
+        return logits, params(decoder) + [memory.context]
+
+
+DECODERS = {  # name: (decoder class and options, config options)
+    "plain": (None, {}),
+    "bahdanau-additive": ((BahdanauDecoder, {}), dict(bidirectional=True)),
+    "bahdanau-general-lstm": ((BahdanauDecoder, {"score": "general"}), dict(cell="lstm")),
+    **{f"luong-{score}": ((LuongDecoder, {"score": score}), {}) for score in SCORES},
+    "local-m": ((LuongLocalDecoder, {"mode": "local-m", "window": 1}), dict(bidirectional=True)),
+    "local-p-lstm": ((LuongLocalDecoder, {"mode": "local-p", "window": 2}), dict(cell="lstm", bidirectional=True)),
+}
+
+
+def s2s_model(name: str) -> Seq2Seq:
+    choice, options = DECODERS[name]
+    config = s2s_config(**options)
+    decoder = None if choice is None else choice[0](config, **choice[1])
+    return on_meta(Seq2Seq(config, decoder))
+
+
+def _decoder_classes(name: str) -> tuple[type, ...]:
+    choice = DECODERS[name][0]
+    extra = (PositionPredictor,) if "local-p" in name else ()
+    return (Seq2Seq, Encoder, Decoder if choice is None else choice[0], *extra)
+
+
+for name in DECODERS:
+
+    @case(f"Seq2Seq-{name}", *_decoder_classes(name))
+    def _seq2seq(name=name):
+        model = s2s_model(name)
+        logits, weights = model(ids(B, S, high=SRC_VOCAB), host_lengths(), ids(B, T, high=TGT_VOCAB))
+        return (logits, weights), params(model)
+
+    @case(f"Seq2Seq-greedy_steps-{name}", *_decoder_classes(name)[1:])  # not forward: Seq2Seq's hook is silent
+    def _seq2seq_steps(name=name):
+        model = s2s_model(name).eval()
+        with torch.no_grad():
+            steps = list(model.greedy_steps(ids(B, S, high=SRC_VOCAB), host_lengths(), max_len=4))
+        assert len(steps) == 4 and steps[0][0].shape == (B, 1)
+        return steps, []
+
+
+@case("PositionPredictor", PositionPredictor)
+def _position_predictor():
+    predictor = on_meta(PositionPredictor(8, 5))
+    return predictor(randn(B, T, 8, grad=True), ids(B, high=S) + 1), params(predictor)
+
+
+# --- the Transformer (chapter 6) ----------------------------------------------------------------
+
+
+def transformer(**options: object) -> Transformer:
+    config = TransformerConfig(SRC_VOCAB, TGT_VOCAB, d_model=16, num_heads=2, dim_feedforward=24, max_len=16,
+                               **options)
+    return on_meta(Transformer(config))
+
+
+TRANSFORMERS = {
+    "post-LN": {},
+    "pre-LN-dropout": dict(norm_first=True, dropout=0.1),
+    "final-norm-gelu": dict(final_norm=True, activation="gelu"),
+}
+STACKS = (Transformer, TransformerEncoder, TransformerDecoder, EncoderLayer, DecoderLayer, FeedForward, TokenEmbedding,
+          MultiHeadAttention)
+
+for name, options in TRANSFORMERS.items():
+
+    @case(f"Transformer-{name}", *STACKS)
+    def _transformer(options=options):
+        model = transformer(**options).train()
+        logits, weights = model(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, ids(B, T, high=TGT_VOCAB),
+                                need_weights=True)
+        return (logits, weights), params(model)
+
+
+for use_cache in (True, False):
+
+    @case(f"Transformer-greedy_steps-{'kv-cache' if use_cache else 'no-cache'}", *STACKS[1:])
+    def _transformer_steps(use_cache=use_cache):
+        model = transformer().eval()
+        with torch.no_grad():
+            steps = list(model.greedy_steps(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, 4, use_cache=use_cache))
+        assert len(steps) == 4 and steps[-1][1].shape == (B, 1, S)
+        return steps, []
+
+
+@case("Transformer-greedy_steps-no-decoder-layers", TokenEmbedding)
+def _transformer_without_layers():
+    model = transformer(num_encoder_layers=0, num_decoder_layers=0).eval()
+    with torch.no_grad():
+        return list(model.greedy_steps(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, 3)), []
+
+
+@case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)
+def _kv_cache_decoding():
+    model = transformer()
+    memory, src_mask, _ = model.encode(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1)
+    caches = [KVCache() for _ in model.decoder.layers]
+    logits = [model.decode(ids(B, 1, high=TGT_VOCAB), memory, src_mask, caches)[0] for _ in range(3)]
+    assert caches[0].length == 3
+    return logits, params(model)
+
+
+# --- taggers (chapter 5), classifiers and captioners (chapter 4) -------------------------------
+
+for positions in POSITIONS:
+    for backend in BACKENDS:
+        for need_weights in (False, True):
+
+            @case(f"SelfAttentionTagger-{positions}-{backend}-{'weights' if need_weights else 'no-weights'}",
+                  SelfAttentionTagger, MultiHeadAttention)
+            def _tagger(positions=positions, backend=backend, need_weights=need_weights):
+                config = TaggerConfig(10, 4, num_outputs=2, embed_dim=8, max_len=6, positions=positions,
+                                      backend=backend)
+                tagger = on_meta(SelfAttentionTagger(config))
+                return tagger(ids(B, 6, high=10), need_weights=need_weights), params(tagger)
+
+
+@case("StructuredClassifier", StructuredClassifier, StructuredSelfAttention, frobenius_penalty, hop_overlap)
+def _structured():
+    model = on_meta(StructuredClassifier(StructuredConfig(20, 3, embed_dim=6, hidden_dim=5, attention_dim=4,
+                                                          hops=3, mlp_dim=7)))
+    logits, hops = model(ids(B, 7, high=20))
+    return (logits, frobenius_penalty(hops), hop_overlap(hops)), params(model)
+
+
+@case("StructuredSelfAttention-AttentionPool", StructuredSelfAttention, AttentionPool)
+def _pools():
+    hops, pool = on_meta(StructuredSelfAttention(6, 4, 2)), on_meta(AttentionPool(6, 4))
+    states = randn(B, 7, 6, grad=True)
+    return (hops(states, mask(B, 7)), pool(states, mask(B, 7)), pool(states)), params(hops, pool) + [states]
+
+
+@case("HierarchicalClassifier", HierarchicalClassifier, AttentionPool)
+def _hierarchical():
+    model = on_meta(HierarchicalClassifier(HierarchicalConfig(20, 3, embed_dim=6, hidden_dim=5, attention_dim=4)))
+    return model(ids(B, 4, 5, high=20)), params(model)
+
+
+CAPTIONER = CaptionerConfig(image_size=16, grid=2, channels=(4, 6), embed_dim=5, hidden_dim=7, attention_dim=4)
+CAPTION_LENGTH = 4
+
+
+def captioner(kind: type, **options: object) -> Captioner:
+    config = CAPTIONER if not options.pop("init_from_mean", False) else CaptionerConfig(
+        **{**CAPTIONER.__dict__, "init_from_mean": True})
+    return on_meta(kind(config, **options))
+
+
+def images() -> torch.Tensor:
+    return randn(B, 3, 16, 16)
+
+
+def captions() -> torch.Tensor:
+    return ids(B, CAPTION_LENGTH, high=len(SCENE_WORDS))
+
+
+@case("ConvEncoder", ConvEncoder)
+def _conv_encoder():
+    encoder = on_meta(ConvEncoder(CAPTIONER))
+    return encoder(randn(B, 3, 16, 16, grad=True)), params(encoder)
+
+
+CAPTIONERS = {
+    "soft": (SoftCaptioner, {}),
+    "soft-init-from-mean": (SoftCaptioner, {"init_from_mean": True}),
+    "hard": (HardCaptioner, {}),
+    "hard-expected-prob": (HardCaptioner, {"expected_prob": 0.5}),
+}
+
+for name, (kind, options) in CAPTIONERS.items():
+
+    @case(f"{kind.__name__}-forward-{name}", kind, ConvEncoder, AdditiveScore)
+    def _captioner_forward(kind=kind, options=options):
+        model = captioner(kind, **dict(options)).train()  # hard attention samples its locations
+        out = model(images(), shift_captions(captions()))
+        assert (out.log_prob is not None) == (kind is HardCaptioner)
+        # hard attention: f_att learns only through log_prob, by REINFORCE, not from the logits
+        leaves = params(model) if kind is SoftCaptioner else params(model.encoder, model.lstm)
+        return out, leaves
+
+    @case(f"{kind.__name__}-generate-{name}", ConvEncoder)  # generate() is not forward: no hook sees kind
+    def _captioner_generate(kind=kind, options=options):
+        model = captioner(kind, **dict(options))
+        outputs = []
+        for mode in (False, True):  # eval: most likely location; train: sampled (hard)
+            model.train(mode)
+            outputs.append(model.generate(images(), CAPTION_LENGTH))
+        return outputs, []
+
+
+for reward in ("to_go", "sequence"):
+    for baseline in ("moving-average", "fixed", "none"):
+
+        @case(f"caption_loss-hard-{reward}-{baseline}", HardCaptioner, caption_loss, reinforce_loss,
+              MovingAverageBaseline, attention_entropy)
+        def _caption_loss(reward=reward, baseline=baseline):
+            model = captioner(HardCaptioner).train()
+            b = {"moving-average": MovingAverageBaseline(0.9), "fixed": randn(CAPTION_LENGTH), "none": None}[baseline]
+            if isinstance(b, MovingAverageBaseline):  # a second batch uses the average of the first
+                caption_loss(model, images(), captions(), baseline=b, reward=reward)
+            loss, _ = caption_loss(model, images(), captions(), baseline=b, reward=reward, entropy_weight=0.01)
+            return loss, params(model)  # f_att included: REINFORCE reaches it
+
+
+@case("caption_loss-soft", SoftCaptioner, caption_loss)
+def _caption_loss_soft():
+    model = captioner(SoftCaptioner)
+    return caption_loss(model, images(), captions())[0], params(model)
+
+
+# --- attention functions and modules (chapters 2, 3, 5, 7) ---------------------------------------
+
+L, E = 4, 8
+
+
+def qkv(batch: tuple[int, ...] = (2, 3), length: int = L, keys: int = S) -> list[torch.Tensor]:
+    return [randn(*batch, length, E, grad=True), randn(*batch, keys, E, grad=True), randn(*batch, keys, E, grad=True)]
+
+
+def float_mask(*shape: int) -> torch.Tensor:
+    return to_float_mask(mask(*shape))
+
+
+MASKS = {
+    "no-mask": lambda: {},
+    "bool-mask": lambda: {"attn_mask": mask(L, S)},
+    "float-mask": lambda: {"attn_mask": float_mask(2, 1, L, S)},
+    "causal": lambda: {"is_causal": True},
+}
+
+for backend in BACKENDS:
+    for name, kwargs in MASKS.items():
+
+        @case(f"scaled_dot_product_attention-{backend}-{name}", scaled_dot_product_attention)
+        def _sdpa(backend=backend, kwargs=kwargs):
+            q, k, v = qkv()
+            return scaled_dot_product_attention(q, k, v, backend=backend, **kwargs()), [q, k, v]
+
+    @case(f"scaled_dot_product_attention-{backend}-dropout-scale", scaled_dot_product_attention)
+    def _sdpa_dropout(backend=backend):
+        q, k, v = qkv()
+        return scaled_dot_product_attention(q, k, v, mask(L, S), dropout_p=0.2, scale=0.5, backend=backend), [q, k, v]
+
+for name, kwargs in MASKS.items():
+
+    @case(f"blockwise_attention-{name}", blockwise_attention)
+    def _blockwise(kwargs=kwargs):
+        q, k, v = qkv(length=6, keys=6) if kwargs().get("attn_mask") is None else qkv()
+        return blockwise_attention(q, k, v, block_size=2, **kwargs()), [q, k, v]
+
+
+for name, make_mask in [("default-score", lambda: None), ("bool-mask", lambda: mask(B, L, S)),
+                        ("float-mask", lambda: float_mask(B, 1, S))]:
+
+    @case(f"attention-{name}", attention)
+    def _attention(make_mask=make_mask):
+        q, k, v = qkv((B,))
+        return attention(q, k, v, mask=make_mask()), [q, k, v]
+
+for score in SCORES:
+
+    @case(f"attention-score-{score}", attention, make_score)
+    def _attention_with_score(score=score):
+        fn = on_meta(make_score(score, E, E, attention_dim=5))
+        q, k, v = qkv((B,))
+        return attention(q, k, v, score=fn, mask=mask(B, 1, S)), [q, k, v] + params(fn)
+
+
+for name, make_mask in [("none", lambda: None), ("bool", lambda: mask(B, L, S)), ("float", lambda: float_mask(L, S))]:
+
+    @case(f"masked_softmax-{name}", masked_softmax)
+    def _masked_softmax(make_mask=make_mask):
+        scores = randn(B, L, S, grad=True)
+        return masked_softmax(scores, make_mask()), [scores]
+
+
+@case("masks", causal_mask, to_float_mask, from_key_padding_mask, band_mask)
+def _masks():
+    made = [causal_mask(L, S, device=META), causal_mask(L, S, align="bottom-right", device=META),
+            to_float_mask(mask(L, S)), from_key_padding_mask(mask(B, S)), band_mask(6, 2, device=META),
+            band_mask(6, 1, causal=True, device=META)]
+    return made, []
+
+
+for causal in (False, True):
+    for chunk_size in (None, 3):
+
+        @case(f"banded_attention-{'causal' if causal else 'full'}-chunk-{chunk_size}", banded_attention, band_to_dense)
+        def _banded(causal=causal, chunk_size=chunk_size):
+            q, k, v = qkv(length=7, keys=7)
+            out, banded = banded_attention(q, k, v, 2, causal=causal, chunk_size=chunk_size)
+            return (out, band_to_dense(banded, 2)), [q, k, v]
+
+
+for gaussian in (False, True):
+    for with_lengths in (False, True):
+
+        @case(f"local_attention-{'gaussian' if gaussian else 'flat'}-{'lengths' if with_lengths else 'full'}",
+              local_attention, window_to_dense)
+        def _local(gaussian=gaussian, with_lengths=with_lengths):
+            score = on_meta(make_score("general", E, E))
+            q, k, v = qkv((B,))
+            centres = randn(B, L, grad=True)
+            lengths = ids(B, high=S) + 1 if with_lengths else None
+            context, weights, positions = local_attention(score, q, k, v, centres, 2, lengths=lengths,
+                                                          gaussian=gaussian)
+            leaves = [q, k, v] + params(score) + ([centres] if gaussian else [])
+            return (context, window_to_dense(weights, positions, S)), leaves
+
+
+for score in SCORES:
+
+    @case(f"score-{score}", make_score, type(make_score(score, 4, 4)))
+    def _score(score=score):
+        fn = on_meta(make_score(score, E, E, attention_dim=5))
+        q, k = randn(B, L, E, grad=True), randn(B, S, E, grad=True)
+        return fn(q, k), [q, k] + params(fn)
+
+
+@case("score-additive-different-sizes", make_score)
+def _score_sizes():
+    fn = on_meta(make_score("additive", 5, 7, attention_dim=3))
+    q, k = randn(B, L, 5, grad=True), randn(B, S, 7, grad=True)
+    return fn(q, k), [q, k] + params(fn)
+
+
+MHA_CASES = {
+    "self": lambda x: dict(query=x, key=x, value=x),
+    "key-padding": lambda x: dict(query=x, key=x, value=x, key_padding_mask=~mask(B, S)),
+    "bool-mask-causal": lambda x: dict(query=x, key=x, value=x, attn_mask=mask(S, S), is_causal=True),
+    "float-mask-key-padding": lambda x: dict(query=x, key=x, value=x, attn_mask=float_mask(B, 1, S, S),
+                                             key_padding_mask=~mask(B, S)),
+}
+
+for backend in BACKENDS:
+    for name, make_args in MHA_CASES.items():
+        for need_weights in (False, True):
+
+            @case(f"MultiHeadAttention-{backend}-{name}-{'weights' if need_weights else 'no-weights'}",
+                  MultiHeadAttention)
+            def _mha(backend=backend, make_args=make_args, need_weights=need_weights):
+                mha = on_meta(MultiHeadAttention(E, 2, dropout=0.1, backend=backend)).train()
+                x = randn(B, S, E, grad=True)
+                return mha(**make_args(x), need_weights=need_weights), params(mha) + [x]
+
+
+@case("MultiHeadAttention-cross-kdim-vdim", MultiHeadAttention)
+def _mha_cross():
+    mha = on_meta(MultiHeadAttention(E, 2, kdim=5, vdim=3, bias=False))
+    q, k, v = randn(B, L, E, grad=True), randn(B, S, 5, grad=True), randn(B, S, 3, grad=True)
+    return mha(q, k, v, need_weights=True, average_attn_weights=False), params(mha) + [q, k, v]
+
+
+@case("copy_from_torch", copy_from_torch, MultiHeadAttention)
+def _copy_from_torch():
+    ours = copy_from_torch(on_meta(MultiHeadAttention(E, 2)), on_meta(nn.MultiheadAttention(E, 2, batch_first=True)))
+    x = randn(B, S, E, grad=True)
+    return ours(x, x, x), params(ours)
+
+
+@case("positional-encodings", sinusoidal_encoding, relative_rotation, LearnedPositionalEmbedding)
+def _positions():
+    learned = on_meta(LearnedPositionalEmbedding(10, E))
+    x = randn(B, 6, E, grad=True)
+    return (learned(x), sinusoidal_encoding(10, E, device=META), relative_rotation(3, E, device=META)), params(learned)
+
+
+@case("hard-attention", sample_location, hard_attend, attention_entropy, reinforce_loss, MovingAverageBaseline)
+def _hard():
+    logits = randn(B, S, grad=True)
+    weights = logits.softmax(-1)
+    index, log_prob = sample_location(weights, mask(B, S))
+    context, _, hard_log_prob = hard_attend(weights, randn(B, S, E))
+    reward = randn(B, T)
+    step_log_prob = log_prob[:, None].expand(B, T)
+    baseline = MovingAverageBaseline(0.9)
+    baseline.update(reward, mask(B, T))
+    loss = reinforce_loss(step_log_prob, reward, baseline.update(reward, mask(B, T)),
+                          entropy=attention_entropy(weights)[:, None].expand(B, T), entropy_weight=0.1)
+    return (index, context, hard_log_prob, loss), [logits]
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+class OneDevice(TorchDispatchMode):
+    """Refuse every operation whose tensors lie on more than one device.
+
+    0-d tensors do not count (PyTorch takes a 0-d CPU tensor as a number on any device). The
+    one exception is packing a padded batch, whose lengths PyTorch requires on the CPU.
+    """
+
+    ALLOWED = {torch.ops.aten._pack_padded_sequence.default}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        devices = {t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.dim() > 0}
+        if len(devices) > 1 and func not in self.ALLOWED:
+            raise RuntimeError(f"{func}: tensors on more than one device, {sorted(map(str, devices))}")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runs_on_meta(name):
+    run, covers = CASES[name]
+    seen: set[type] = set()
+    hook = nn.modules.module.register_module_forward_hook(lambda module, args, out: seen.add(type(module)))
+    try:
+        with OneDevice():
+            out, leaves = run()
+    finally:
+        hook.remove()
+    outputs = list(tensors(out))
+    assert outputs, "the case returned no tensor"
+    assert all(t.device == META for t in outputs), [t.device for t in outputs]
+    for cls in covers:  # the modules the case claims to run did run (a forward hook saw them)
+        if inspect.isclass(cls) and issubclass(cls, nn.Module):
+            assert any(issubclass(kind, cls) for kind in seen), f"{cls.__name__} never ran"
+    differentiable = [t for t in outputs if t.requires_grad]
+    assert bool(differentiable) == bool(leaves), "leaves must be given exactly when an output has a gradient"
+    if differentiable:
+        with OneDevice():
+            sum(t.sum() for t in differentiable).backward()
+        missing = [tuple(leaf.shape) for leaf in leaves if leaf.grad is None]
+        assert not missing, f"no gradient reached leaves of shapes {missing}"
+        assert all(leaf.grad.device == META for leaf in leaves)
+
+
+def test_the_meta_device_refuses_what_a_gpu_would():
+    """The premise of this file: if PyTorch stopped raising here, every case would pass vacuously."""
+    x = torch.ones(3, device=META)
+    with pytest.raises(RuntimeError, match="expected device meta"):
+        x + torch.ones(3)  # a CPU tensor in a meta computation
+    with pytest.raises(RuntimeError, match="meta"):
+        x.sum().item()  # a host read
+    with pytest.raises(RuntimeError, match="meta"):
+        bool(x.any())
+    with pytest.raises(NotImplementedError, match="meta"):
+        x.tolist()
+    embedding = on_meta(nn.Embedding(5, 3))
+    embedding(torch.arange(3))  # CPU token ids: the meta kernel lets them through, a GPU does not
+    with OneDevice(), pytest.raises(RuntimeError, match="more than one device"):
+        embedding(torch.arange(3))
+
+
+# Public names that have no case, and why. Every other public function or nn.Module of
+# attnlab.models and attnlab.attention must be covered by a case above.
+EXCLUDED = {
+    padding_mask: "checks the values of the lengths (non-negative, at most max_len) on the host; the "
+                  "models build the same mask without those checks (Transformer.encode)",
+    Captioner: "a base class: attend() is SoftCaptioner's or HardCaptioner's",
+    AttentionDecoder: "a base class: forward() is BahdanauDecoder's or LuongDecoder's",
+    Score: "a base class: _score() is each score's",
+}
+
+
+def _public_modules(package: types.ModuleType) -> list[types.ModuleType]:
+    names = [info.name for info in pkgutil.iter_modules(package.__path__)]
+    return [package, *(importlib.import_module(f"{package.__name__}.{name}") for name in names)]
+
+
+def _covered() -> set[object]:
+    return {obj for _, covers in CASES.values() for obj in covers}
+
+
+def test_every_public_model_has_a_case():
+    """A new nn.Module in attnlab.models (exported in its module's __all__) needs a case here."""
+    covered = _covered()
+    missing = []
+    for module in _public_modules(attnlab.models):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj not in covered and obj not in EXCLUDED:
+                missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"models without a meta case: {missing}"
+
+
+def test_every_public_attention_function_has_a_case():
+    """Every function and nn.Module of attnlab.attention needs a case here, or a reason in EXCLUDED."""
+    covered = _covered()
+    missing = []
+    for module in _public_modules(attnlab.attention):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            computes = inspect.isfunction(obj) or (inspect.isclass(obj) and issubclass(obj, nn.Module))
+            if obj is MovingAverageBaseline:
+                computes = True  # a class, but it computes on tensors
+            if computes and obj not in covered and obj not in EXCLUDED:
+                missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"attention functions without a meta case: {missing}"
+
+
+def test_excluded_bases_are_run_through_their_subclasses():
+    covered = _covered()
+    for base in (Captioner, AttentionDecoder, Score):
+        assert any(inspect.isclass(c) and issubclass(c, base) and c is not base for c in covered), base
+
+
+class _Stop(Exception):
+    """Raised at the first draw of a location: what we wanted to see has been seen."""
+
+
+def test_samplers_are_made_on_the_models_device(monkeypatch):
+    """train_captioner and gradient_noise make hard attention's generator where the model is.
+
+    A generator on another device than the tensors it samples fails on a GPU; on meta it would
+    not (and meta cannot make a generator at all). So the generator is recorded when it is made,
+    a CPU generator is handed out instead, and the first draw compares the recorded device with
+    the device of the weights drawn from.
+    """
+    import attnlab.train as train_module
+
+    made: dict[int, torch.device] = {}
+
+    class Recording(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            return getattr(torch, name)
+
+        @staticmethod
+        def Generator(device: torch.device | str | None = None) -> torch.Generator:  # noqa: N802
+            generator = torch.Generator()
+            made[id(generator)] = torch.device("cpu" if device is None else device)
+            return generator
+
+    draws: list[tuple[torch.device, torch.device]] = []
+
+    class Checked(HardCaptioner):
+        def attend(self, weights, annotations, generator):
+            if self.training:
+                draws.append((made[id(generator)], weights.device))
+                raise _Stop
+            return super().attend(weights, annotations, generator)
+
+    monkeypatch.setattr(train_module, "torch", Recording("torch"))
+    task = make_scenes(8, image_size=16, grid=2, seed=0)
+    for run in (lambda m: train_captioner(m, task, steps=1, batch_size=4, progress=False),
+                lambda m: gradient_noise(m, task, batches=2, batch_size=4)):
+        with pytest.raises(_Stop):
+            run(on_meta(Checked(CAPTIONER)))
+    assert draws == [(META, META), (META, META)]
+
+
+# --- the device rule of attnlab.train: run where the model is ------------------------------------
+
+
+def _never_moved(model: nn.Module) -> nn.Module:
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{type(model).__name__} was moved with .to{args}")
+
+    model.to = refuse  # type: ignore[method-assign]
+    return model
+
+
+def _evaluations():
+    from attnlab.data import CharVocab, make_evidence_task, make_neighbour_task
+    from attnlab.train import evaluate_captioner, evaluate_classifier, evaluate_seq2seq, evaluate_tagger, translate
+
+    vocab = CharVocab("ab")
+    pairs = [("ab", "ba"), ("a", "a")]
+    tags = make_neighbour_task(6, 4, seed=0)
+    evidence = make_evidence_task(6, 5, seed=0)
+    scenes = make_scenes(4, image_size=16, grid=2, seed=0)
+    return {
+        "evaluate_seq2seq": (lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
+                             lambda m, **kw: evaluate_seq2seq(m, pairs, vocab, vocab, **kw)),
+        "translate": (lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
+                      lambda m, **kw: translate(m, "ab", vocab, vocab, max_len=3, **kw)),
+        "evaluate_tagger": (lambda: SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, embed_dim=4)),
+                            lambda m, **kw: evaluate_tagger(m, *tags, **kw)),
+        "evaluate_classifier": (lambda: StructuredClassifier(StructuredConfig(evidence.vocab_size,
+                                                                              evidence.num_classes, hops=2)),
+                                lambda m, **kw: evaluate_classifier(m, evidence.tokens, evidence.labels, **kw)),
+        "evaluate_captioner": (lambda: SoftCaptioner(CAPTIONER), lambda m, **kw: evaluate_captioner(m, scenes, **kw)),
+        "gradient_noise": (lambda: HardCaptioner(CAPTIONER),
+                           lambda m, **kw: gradient_noise(m, scenes, batches=2, batch_size=2, **kw)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_evaluations()))
+def test_evaluation_runs_where_the_model_is_and_never_moves_it(name):
+    make, evaluate = _evaluations()[name]
+    evaluate(_never_moved(make()))  # device=None: the model's device (the CPU here)
+    evaluate(_never_moved(make()), device="cpu")  # the model's device, said explicitly
+    with pytest.raises(ValueError, match=r"device='meta', but the model is on cpu"):
+        evaluate(make(), device="meta")
+
+
+def test_training_runs_where_the_model_is_unless_told_otherwise():
+    from attnlab.data import make_neighbour_task
+    from attnlab.train import train_tagger
+
+    data = make_neighbour_task(8, 4, seed=0)
+    model = _never_moved(SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, embed_dim=4)))
+    assert len(train_tagger(model, *data, steps=2, batch_size=4, progress=False).loss) == 2
+    moved = []
+    model = SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, embed_dim=4))
+    model.to = lambda *args, **kwargs: moved.append(args) or nn.Module.to(model, *args, **kwargs)
+    train_tagger(model, *data, steps=1, batch_size=4, device="cpu", progress=False)
+    assert moved == [("cpu",)]
