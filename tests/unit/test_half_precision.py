@@ -115,11 +115,6 @@ def test_fast_backend_is_as_accurate_as_torch(dtype, case):
     _assert_as_accurate(_errors(KERNELS["fast"], dtype, case))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attention.core._naive rounds the (L, S) scores to the input dtype, as PyTorch's reference code does; "
-    "it passes once the scores, softmax and weights @ value are computed in float32 for half inputs",
-)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_naive_backend_is_as_accurate_as_torch(dtype, case):

@@ -114,16 +114,19 @@ def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
     # that the query is scaled before the product ((L, E) numbers instead of (L, S)), the mask
     # goes straight to masked_softmax (a boolean mask removes keys, a float mask is added)
     # instead of into an (L, S) bias that is added even when it is all zeros, and fully masked
-    # rows give zeros, not NaN.
+    # rows give zeros, not NaN. Half-precision inputs are computed in float32 (scores, softmax,
+    # weighted sum) and the output is rounded once, as fused kernels do: rounding the (L, S)
+    # scores to float16 would cost more accuracy than any other step.
     L, S = query.size(-2), key.size(-2)
     scale_factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
     if is_causal:
         attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril(diagonal=0)
-    attn_weight = (query * scale_factor) @ key.transpose(-2, -1)  # (..., L, S)
+    dtype = torch.promote_types(query.dtype, torch.float32)  # float16, bfloat16 -> float32
+    attn_weight = (query.to(dtype) * scale_factor) @ key.to(dtype).transpose(-2, -1)  # (..., L, S)
     attn_weight = masked_softmax(attn_weight, attn_mask, dim=-1)
     if dropout_p > 0.0:
         attn_weight = torch.dropout(attn_weight, dropout_p, train=True)
-    return attn_weight @ value  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+    return (attn_weight @ value.to(dtype)).to(query.dtype)  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
 
 
 def _fully_masked_rows(attn_mask: torch.Tensor) -> torch.Tensor:

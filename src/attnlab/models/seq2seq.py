@@ -284,7 +284,7 @@ class LuongDecoder(AttentionDecoder):
 
     Args:
         config: the model's configuration (``peeky`` must be False).
-        score: a score name (``"general"`` by default, the paper's best for global attention).
+        score: a score name (``"general"`` by default; Luong et al.'s Table 4 has dot best for global attention, general for local).
         attention_dim: hidden size of the additive and concat scores.
     """
 
