@@ -41,7 +41,9 @@ def _pages() -> list[str]:
 
 
 PAGES = _pages()
-REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"].rstrip("/")
+_REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+REPO_URL = _REPOSITORY["url"].rstrip("/")
+RELEASE = _REPOSITORY["branch"]  # the release tag the Colab links open (tests/book/test_release.py)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -146,8 +148,8 @@ def test_page_renders_offline(browser, server, page_path):
             hrefs = [colab.nth(i).get_attribute("href") for i in range(colab.count())]
             notebook = page_path.removesuffix(".html") + ".ipynb"
             repo_path = urlparse(REPO_URL).path.strip("/")
-            if not any(repo_path in h and h.endswith(notebook) for h in hrefs):
-                problems.append(f"no Colab link to {repo_path}/.../{notebook}: found {hrefs}")
+            if not any(repo_path in h and f"/blob/{RELEASE}/" in h and h.endswith(notebook) for h in hrefs):
+                problems.append(f"no Colab link to {repo_path}/blob/{RELEASE}/.../{notebook}: found {hrefs}")
         page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
     finally:
         page.context.close()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 import types
 from collections.abc import Callable, Iterable
 
@@ -623,6 +624,29 @@ class OneDevice(TorchDispatchMode):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_runs_on_meta(name):
+    _run_case(name)
+
+
+# The same cases with values, on every device this machine has (the CPU here; CUDA and MPS where
+# present: `make test-gpu` runs them on the GPU). A case's modules and tensors are made on
+# ``META``, so pointing it at a real device runs the real kernels there.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
+    ["mps"] if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available() else []
+)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runs_on_each_available_device(name, device, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "META", torch.device(device))
+    torch.manual_seed(0)
+    outputs = _run_case(name)
+    for t in outputs:
+        if t.is_floating_point():
+            assert not torch.isnan(t).any(), f"{name}: NaN in an output on {device}"
+
+
+def _run_case(name: str) -> list[torch.Tensor]:
     run, covers = CASES[name]
     seen: set[type] = set()
     hook = nn.modules.module.register_module_forward_hook(lambda module, args, out: seen.add(type(module)))
@@ -645,6 +669,7 @@ def test_runs_on_meta(name):
         missing = [tuple(leaf.shape) for leaf in leaves if leaf.grad is None]
         assert not missing, f"no gradient reached leaves of shapes {missing}"
         assert all(leaf.grad.device == META for leaf in leaves)
+    return outputs
 
 
 def test_the_meta_device_refuses_what_a_gpu_would():
