@@ -5,6 +5,7 @@ its docstring which chapter introduces it.
 """
 
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
+from attnlab.prose import glue
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
 from attnlab.viz import figure_grid, figure_slider, plot_attention
@@ -19,6 +20,7 @@ __all__ = [
     "figure_slider",
     "from_key_padding_mask",
     "get_device",
+    "glue",
     "masked_softmax",
     "padding_mask",
     "plot_attention",
