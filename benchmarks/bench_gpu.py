@@ -4,8 +4,9 @@ B = 1, H = 8, E = 64, n = 1024 .. 16384, float16 and bfloat16, forward and forwa
 the ratio blockwise / torch's fused kernel restricted to the flash backend, timed interleaved
 in the same run, and each kernel's largest error against a float64 reference (n = 1024). Then
 `MultiHeadAttention` against `nn.MultiheadAttention` (bench_mha.py) on the same GPU.
-Run by ``scripts/test_gpu.sh`` (``make test-gpu``); ``python benchmarks/bench_gpu.py [--quick]``.
-Writes ``results/gpu-cuda.json`` and prints a Markdown table for the Performance appendix.
+Run by ``scripts/test_gpu.sh`` (``make test-gpu``); ``python benchmarks/bench_gpu.py [--quick]
+[--times FILE] [--out FILE]``. Writes ``results/gpu-cuda.json`` and prints the Markdown of the
+Performance appendix's GPU section (``benchmarks/results-gpu.md`` is that of the last GPU run).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from datetime import date
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -73,21 +76,47 @@ def main(quick: bool = False) -> list[dict]:
                 r = interleaved(ours, theirs, device=device, repeats=3 if quick else 9)
                 rows.append({"n": n, "mode": mode, "dtype": str(dtype).removeprefix("torch."), **r})
     save("gpu" + ("-quick" if quick else ""), rows, device)
-    print(f"\nGPU: {machine()['device']}, torch {torch.__version__}\n")
-    print("| dtype | n | mode | blockwise (ms) | flash (ms) | ratio [range] |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        if "n" in row:
-            print(f"| {row['dtype']} | {row['n']} | {row['mode']} | {row['ours_ms']:.2f} | {row['theirs_ms']:.2f} | "
-                  f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}] |")
-    for row in rows:
-        if "n" not in row:
-            print(f"\n{row['dtype']}: largest error against float64 at n = 1024: blockwise {row['ours']:.2e}, "
-                  f"torch's flash kernel {row['theirs']:.2e}")
     return rows
+
+
+def report(rows: list[dict], mha_rows: list[dict], times: str = "") -> str:
+    """The Markdown of the Performance appendix's GPU section: the machine, then each table."""
+    m = machine()
+    text = [f"GPU: {m['device']}, torch {m['torch']}; {m['cpu']}, {m['cores']} cores; measured {date.today()}.", ""]
+    if times:
+        text += ["### Executing each chapter on the GPU (`make test-gpu`, nbval in portable mode)", "",
+                 "Chapters that time something ran alone; the others ran side by side with the unit tests,",
+                 "so their times are upper bounds.", "", times.strip(), ""]
+    text += ["### `blockwise_attention` / PyTorch's flash kernel (B=1, H=8, E=64, block 256)", "",
+             "| dtype | n | pass | blockwise (ms) | flash (ms) | ratio [range] |", "| --- | --- | --- | --- | --- | --- |"]
+    text += [f"| {r['dtype']} | {r['n']} | {r['mode']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} |"
+             for r in rows if "n" in r]
+    text += ["", "### Largest error against a float64 reference (n = 1024)", "",
+             "| dtype | blockwise | flash |", "| --- | --- | --- |"]
+    text += [f"| {r['dtype']} | {r['ours']:.2e} | {r['theirs']:.2e} |" for r in rows if "n" not in r]
+    text += ["", "### `MultiHeadAttention`, training step (batch 64, embed 256, 8 heads), float32", "",
+             "| n | comparison | ours (ms) | reference (ms) | ratio [range] | target | |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    text += [f"| {r['n']} | {r['compare']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+             f"<= {r['target']} | {r['verdict']} |" for r in mha_rows]
+    return "\n".join(text) + "\n"
+
+
+def _ratio(row: dict) -> str:
+    return f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="two sizes, few repeats (a smoke test)")
-    main(parser.parse_args().quick)
+    parser.add_argument("--times", type=Path, help="a Markdown table of chapter times to include (scripts/junit_times.py)")
+    parser.add_argument("--out", type=Path, help="write the Markdown here as well as printing it")
+    args = parser.parse_args()
+    found = main(args.quick)
+    if found:
+        import bench_mha
+
+        text = report(found, bench_mha.main(args.quick), args.times.read_text() if args.times else "")
+        print(text)
+        if args.out:
+            args.out.write_text(text)

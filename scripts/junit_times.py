@@ -1,6 +1,6 @@
 """Summarise a pytest JUnit XML file: test counts, and the time of each chapter (sum of its cells).
 
-Used by scripts/test_gpu.sh to report what ran on the GPU: ``python scripts/junit_times.py FILE``.
+Used by scripts/test_gpu.sh to report what ran on the GPU: ``python scripts/junit_times.py FILE...``.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 
-def summarise(path: str) -> str:
-    root = ET.parse(path).getroot()
+def summarise(*paths: str) -> str:
+    """Counts and chapter times over one or more JUnit files (make test-gpu writes two)."""
+    cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
     outcomes: dict[str, int] = defaultdict(int)
     chapters: dict[str, float] = defaultdict(float)
-    for case in root.iter("testcase"):
+    for case in cases:
         kind = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
@@ -30,4 +31,4 @@ def summarise(path: str) -> str:
 
 
 if __name__ == "__main__":
-    print(summarise(sys.argv[1]))
+    print(summarise(*sys.argv[1:]))

@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -172,8 +173,13 @@ def _cpu_peak_bytes(fn: Callable[[], object]) -> int:
     """Largest total of tensor bytes allocated and not yet freed while ``fn()`` runs, on the CPU."""
     from torch.profiler import ProfilerActivity, profile
 
-    with _stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    with _stderr_silenced(), warnings.catch_warnings():
+        # Some PyTorch versions (2.11, on the GPU machine) warn on every first profile of a process
+        # that the profiler "clears events at the end of each cycle": true and irrelevant here (one
+        # cycle), and a notebook cell would show it as output.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
     # Allocations are attributed to the operator that made them, frees appear as "[memory]".
     events = sorted(prof.events(), key=lambda e: e.time_range.start)
     live = peak = 0

@@ -67,6 +67,29 @@ def test_measure_times_and_peak_memory_on_cpu():
     assert measure(work, repeats=1, memory=False).peak_bytes is None
 
 
+def test_measure_on_cpu_prints_nothing(monkeypatch, capfd):
+    """A chapter cell that measures must not show the profiler's warnings or C++ log lines. PyTorch
+    2.11 (the GPU machine's) warns on a process's first profile; this torch may not, so the
+    warning is made to happen here as it did there."""
+    import warnings
+
+    from torch.profiler import profiler
+
+    start = profiler.profile.start
+
+    def start_and_warn(self):
+        warnings.warn("Warning: Profiler clears events at the end of each cycle. Only events from the "
+                      "current cycle will be reported.", UserWarning, stacklevel=2)
+        start(self)
+
+    monkeypatch.setattr(profiler.profile, "start", start_and_warn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert measure(lambda: torch.ones(1000) * 2, repeats=1).peak_bytes > 0
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
 def test_naive_attention_memory_is_measured_quadratic_and_blockwise_linear():
     from attnlab.attention import blockwise_attention
 
