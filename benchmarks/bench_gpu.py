@@ -79,10 +79,19 @@ def main(quick: bool = False) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict], mha_rows: list[dict], times: str = "") -> str:
-    """The Markdown of the Performance appendix's GPU section: the machine, then each table."""
-    m = machine()
-    text = [f"GPU: {m['device']}, torch {m['torch']}; {m['cpu']}, {m['cores']} cores; measured {date.today()}.", ""]
+def report(rows: list[dict], mha_rows: list[dict], times: str = "", *, measured: dict | None = None,
+           when: str | None = None, notes: str = "") -> str:
+    """The Markdown of the Performance appendix's GPU section: the machine, then each table.
+
+    ``measured`` is the machine the rows come from (``machine()`` of that run, as saved in
+    ``results/gpu-cuda.json``; this machine's by default), ``when`` its date, ``notes`` any
+    paragraph to print under the header (where the figures of one section came from another run).
+    """
+    m = measured or machine()
+    text = [f"GPU: {m['device']}, torch {m['torch']}; {m['cpu']}, {m['cores']} cores; "
+            f"measured {when or date.today()}.", ""]
+    if notes:
+        text += [notes.strip(), ""]
     if times:
         text += ["### Executing each chapter on the GPU (`make test-gpu`, nbval in portable mode)", "",
                  "Chapters that time something ran alone; the others ran side by side with the unit tests,",

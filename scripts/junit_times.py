@@ -15,18 +15,23 @@ def summarise(*paths: str) -> str:
     cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
     outcomes: dict[str, int] = defaultdict(int)
     chapters: dict[str, float] = defaultdict(float)
+    failures: list[str] = []
     for case in cases:
         kind = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 kind = {"failure": "failed", "error": "errors", "skipped": "skipped"}[child.tag]
         outcomes[kind] += 1
+        if kind in ("failed", "errors"):
+            failures.append(f"{case.get('classname', '')}::{case.get('name', '')}")
         classname = case.get("classname", "")  # a notebook's cells: "chapters.NN_name.ipynb"
         if classname.endswith(".ipynb"):
             chapters[classname.removeprefix("chapters.")] += float(case.get("time", 0))
     lines = ["tests: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())), "",
              "| chapter | executed in (s) |", "| --- | --- |"]
     lines += [f"| {name} | {seconds:.0f} |" for name, seconds in sorted(chapters.items())]
+    if failures:
+        lines += ["", "Failed:", ""] + [f"- `{name}`" for name in failures]
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ its docstring which chapter introduces it.
 """
 
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
+from attnlab.listings import listing
 from attnlab.prose import glue
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
@@ -21,6 +22,7 @@ __all__ = [
     "from_key_padding_mask",
     "get_device",
     "glue",
+    "listing",
     "masked_softmax",
     "padding_mask",
     "plot_attention",

@@ -264,12 +264,14 @@ def _train_loop(
     started, evaluating = time.perf_counter(), 0.0
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=True)
     for step in bar:
+        # listing: step
         loss = loss_of(next(batches))
         optimizer.zero_grad()
         loss.backward()
         if clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+        # end listing: step
         if scheduler is not None:
             scheduler.step()
         history.steps.append(step)
@@ -346,6 +348,7 @@ def train_seq2seq(
     loss_fn = nn.CrossEntropyLoss(ignore_index=CharVocab.PAD, label_smoothing=float(label_smoothing))
     generator = torch.Generator().manual_seed(seed)  # the order of the batches, on the CPU
 
+    # listing: batches
     def batches() -> Iterator[Batch]:
         order: list[list[int]] = []
         while True:
@@ -357,6 +360,7 @@ def train_seq2seq(
     def loss_of(batch: Batch) -> torch.Tensor:
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
         return loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * T, V) vs (B * T,)
+    # end listing: batches
 
     def evaluate() -> EvalResult:
         return evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab)
@@ -672,6 +676,7 @@ def caption_loss(
     _check_captioner("caption_loss", model, None)
     if reward not in ("to_go", "sequence"):
         raise ValueError(f"caption_loss: reward must be 'to_go' or 'sequence', got {reward!r}")
+    # listing: loss
     out = model(images, shift_captions(captions), generator=generator)
     nll, real = _caption_nll(out, captions)
     loss = nll.sum() / real.sum()
@@ -685,6 +690,7 @@ def caption_loss(
         b = baseline
     return loss + reinforce_loss(out.log_prob, gain, b, entropy=out.entropy(), entropy_weight=entropy_weight,
                                  mask=real), out
+    # end listing: loss
 
 
 def train_captioner(

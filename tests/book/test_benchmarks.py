@@ -83,3 +83,72 @@ def test_the_check_catches_a_row_without_verdict(bad):
     text = RESULTS.read_text(encoding="utf-8").replace("| 256 | forward | ", bad + "\n| 256 | forward | ", 1)
     with pytest.raises(AssertionError, match="without a verdict"):
         _check_table(text)
+
+
+# --- the GPU section: benchmarks/results-gpu.md, written by `make test-gpu` on a CUDA machine ----
+GPU_RESULTS = ROOT / "benchmarks" / "results-gpu.md"
+GPU_SIZES = {1024, 2048, 4096, 8192, 16384}
+
+
+def _gpu_tables(text: str) -> dict[str, list[list[str]]]:
+    tables: dict[str, list[list[str]]] = {}
+    title = None
+    for line in text.splitlines():
+        if line.startswith("### "):
+            title = line[4:]
+            tables[title] = []
+        elif title and line.startswith("|") and not line.startswith("| ---"):
+            tables[title].append([c.strip() for c in line.strip("|").split("|")])
+    for rows in tables.values():
+        del rows[:1]  # the header row
+    return tables
+
+
+def _check_gpu_report(text: str) -> dict[str, list[list[str]]]:
+    """What issue 18 asks the appendix to show of a GPU run, and the claims its prose makes."""
+    header = re.match(r"GPU: (.+?), torch (\S+);", text)
+    assert header and header.group(1) != "cpu" and "+cu" in header.group(2), "the GPU and its CUDA torch not named"
+    tables = _gpu_tables(text)
+    chapters = next(rows for t, rows in tables.items() if t.startswith("Executing each chapter"))
+    on_disk = {p.name for p in (ROOT / "chapters").glob("*.ipynb")}
+    assert {r[0] for r in chapters} == on_disk, "a chapter's GPU time is missing"
+    counts = re.search(r"tests: (?:(\d+) errors, )?(?:(\d+) failed, )?(\d+) passed", text)
+    assert counts and int(counts.group(3)) > 0, "the GPU run's test counts are missing"
+    broken = int(counts.group(1) or 0) + int(counts.group(2) or 0)
+    listed = re.findall(r"^- `[^`]+`$", text.split("Failed:", 1)[1], flags=re.M) if "Failed:" in text else []
+    assert len(listed) == broken, f"{broken} tests failed on the GPU but {len(listed)} are listed"
+    blockwise = next(rows for t, rows in tables.items() if t.startswith("`blockwise_attention`"))
+    timed = {(r[0], int(r[1]), r[2]) for r in blockwise}
+    wanted = {(d, n, m) for d in ("float16", "bfloat16") for n in GPU_SIZES for m in ("forward", "forward+backward")}
+    assert timed == wanted, f"blockwise rows missing: {sorted(wanted - timed)}"
+    # the appendix says the blockwise loop is slower than the flash kernel at every size ...
+    assert all(float(r[5].split()[0]) > 1 for r in blockwise)
+    # ... and matches its error against float64 in both half-precision types (within 10%)
+    errors = next(rows for t, rows in tables.items() if t.startswith("Largest error"))
+    assert {r[0] for r in errors} == {"float16", "bfloat16"}
+    assert all(float(r[1]) <= 1.1 * float(r[2]) for r in errors), errors
+    mha = next(rows for t, rows in tables.items() if t.startswith("`MultiHeadAttention`"))
+    assert len(mha) == 3 and all(r[-1] in VERDICTS for r in mha)
+    return tables
+
+
+def test_committed_gpu_results_are_complete():
+    _check_gpu_report(GPU_RESULTS.read_text(encoding="utf-8"))
+
+
+def test_performance_page_includes_the_gpu_results():
+    page = (ROOT / "book" / "performance.md").read_text(encoding="utf-8")
+    assert "{include} ../benchmarks/results-gpu.md" in page
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.replace("| float16 | 16384 | forward |", "| float16 | 8192 | forward |", 1), "blockwise rows missing"),
+    (lambda t: re.sub(r"tests: (\d+ failed, )?(\d+) passed", r"tests: 3 failed, \2 passed", t, count=1),
+     "but 1 are listed"),
+    (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|\n", "", t), "GPU time is missing"),
+    (lambda t: re.sub(r"^GPU: [^,]+", "GPU: cpu", t), "not named"),
+])
+def test_the_gpu_check_catches(change, message):
+    text = change(GPU_RESULTS.read_text(encoding="utf-8"))
+    with pytest.raises(AssertionError, match=message):
+        _check_gpu_report(text)

@@ -144,3 +144,53 @@ def test_chapter_has_an_executed_coding_solution(path):
         if cell.cell_type == "markdown" and re.search(r"^:::\{solution-end\}", cell.source, re.M):
             inside = False
     assert executed >= 1, f"{path.name}: no coding exercise whose solution runs with the chapter"
+
+
+# --- prose numbers: a number computed in a chapter reaches its text through glue, never typed ---
+# A number typed into Markdown is checked by nobody when the computation changes (a new CPU, a new
+# seed, a new torch). The text is searched for decimals (0.934), percentages (98%) and ratios
+# (124 times, 3x) outside math, code literals, glue and citations; each one found must be a
+# constant of the text itself, listed here with the reason it cannot drift.
+CONSTANTS = {
+    ("02_alignment", "99.5%"): "the threshold of the claim, asserted in the cell that prints the results",
+    ("02_alignment", "95%"): "chapter 1's bar for its plain seq2seq, asserted there",
+    ("03_three_stages", "99.5%"): "chapter 2's threshold, asserted there",
+    ("04_soft_hard", "0.9"): "the baseline's decay, a hyperparameter of the chapter's code",
+    ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
+    ("06_transformer", "99.5%"): "the threshold of the claim, asserted in the training cell",
+    ("07_complexity", "0.4"): "the lower end of the range asserted for restricted attention's slope",
+}
+PROSE_NUMBER = re.compile(r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)")
+NOT_PROSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)",
+                       re.S)
+
+
+def _prose_numbers(text: str) -> list[str]:
+    """The numbers of ``text`` (Markdown) that look computed: decimals, percentages and ratios."""
+    found = []
+    for match in PROSE_NUMBER.finditer(NOT_PROSE.sub(" ", text)):
+        token = re.sub(r"\s+", " ", match.group())
+        if token.count(".") <= 1:  # 8.1.2 is a section number
+            found.append(token)
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_numbers_in_the_text_are_glued(path):
+    nb = nbformat.read(path, as_version=4)
+    typed = [(token, cell.source[:60]) for cell in nb.cells if cell.cell_type == "markdown"
+             for token in _prose_numbers(cell.source)
+             if (path.stem, token.replace(" ", "")) not in CONSTANTS]
+    assert not typed, (f"{path.name}: numbers typed into the text; glue them from the cell that computes "
+                       f"them (attnlab.glue), or list a true constant in CONSTANTS: {typed}")
+
+
+@pytest.mark.parametrize("text, found", [
+    ("exact match 0.934 against 0.947", ["0.934", "0.947"]),
+    ("stalled at 38% after 90 steps, 124 times less, 3x faster", ["38%", "124 times", "3x"]),
+    ("section 8.1.2 of the book; 45,000 pairs; 2017; 48 x 48 pixels", []),
+    ("$p = 0.5$ and `lr=5e-3, eps=0.1` and {glue:text}`acc:.3f` and [v1.2](http://x/1.5)", []),
+    ("{cite:t}`a2015` ({cite:p}`b`, 8.4)", ["8.4"]),
+])
+def test_prose_number_finder(text, found):
+    assert _prose_numbers(text) == found

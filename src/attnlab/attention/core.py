@@ -97,6 +97,7 @@ def attention(
     """
     _check_qkv("attention", query, key, value)
     _check_mask("attention", mask, query, key)
+    # listing: stages
     if score is None:
         scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # stage 1: (..., L, S)
     else:
@@ -107,6 +108,7 @@ def attention(
             raise ValueError(f"attention: score must return shape (..., L, S) = {expected}, got {got}")
     weights = masked_softmax(scores, mask)  # stage 2: (..., L, S)
     return weights @ value, weights  # stage 3: (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+    # end listing: stages
 
 
 def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
@@ -117,6 +119,7 @@ def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
     # rows give zeros, not NaN. Half-precision inputs are computed in float32 (scores, softmax,
     # weighted sum) and the output is rounded once, as fused kernels do: rounding the (L, S)
     # scores to float16 would cost more accuracy than any other step.
+    # listing: kernel
     L, S = query.size(-2), key.size(-2)
     scale_factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
     if is_causal:
@@ -127,6 +130,7 @@ def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
     if dropout_p > 0.0:
         attn_weight = torch.dropout(attn_weight, dropout_p, train=True)
     return (attn_weight @ value.to(dtype)).to(query.dtype)  # (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
+    # end listing: kernel
 
 
 def _fully_masked_rows(attn_mask: torch.Tensor) -> torch.Tensor:

@@ -100,6 +100,7 @@ class _BlockwiseAttention(torch.autograd.Function):
         m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=dtype, device=query.device)  # (..., L, 1)
         l = torch.zeros_like(m)  # (..., L, 1): running sum of exponentials
         acc = torch.zeros((*query.shape[:-1], value.shape[-1]), dtype=dtype, device=query.device)  # (..., L, Ev)
+        # listing: online-softmax
         for j0 in range(0, S, block_size):
             j1 = min(j0 + block_size, S)
             q0 = _first_query(is_causal, j0)
@@ -119,6 +120,7 @@ class _BlockwiseAttention(torch.autograd.Function):
         empty = l == 0  # queries with no key: output zeros, as the book's other kernels
         out = acc.div_(l.masked_fill(empty, 1.0)).to(query.dtype)  # (..., L, Ev), rounded once
         lse = torch.where(empty, torch.full_like(m, float("inf")), m + torch.log(l))  # (..., L, 1), in dtype
+        # end listing: online-softmax
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.attn_mask, ctx.is_causal, ctx.scale, ctx.block_size = attn_mask, is_causal, scale, block_size
         return out

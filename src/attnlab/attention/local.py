@@ -83,6 +83,7 @@ def banded_attention(
             "banded_attention: self-attention needs query (..., N, E), key (..., N, E), value (..., N, Ev); got "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
+    # listing: windows
     n, r = query.shape[-2], window
     c = chunk_size or max(2 * r, 32)
     m = -(-n // c)  # number of chunks
@@ -105,6 +106,7 @@ def banded_attention(
         valid = valid & (offset <= 0)
     weights = masked_softmax(scores, valid)  # (..., m, c, c+2r)
     out = (weights @ v_win).flatten(-3, -2)[..., :n, :]  # (..., m, c, Ev) -> (..., N, Ev)
+    # end listing: windows
     band = a + torch.arange(2 * r + 1, device=query.device)[None, :]  # (c, 2r+1): columns of the window
     banded = weights.gather(-1, band.expand(*weights.shape[:-1], 2 * r + 1))  # (..., m, c, 2r+1)
     return out, banded.flatten(-3, -2)[..., :n, :]  # (..., N, 2r+1)
@@ -179,6 +181,7 @@ def local_attention(
     elif not isinstance(lengths, torch.Tensor) or lengths.shape != (B,):
         got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
         raise ValueError(f"{name}: lengths must have shape ({B},), got {got}")
+    # listing: window
     W = 2 * window + 1
     offsets = torch.arange(-window, window + 1, device=keys.device)  # (W,)
     positions = centres.detach().round().long()[..., None] + offsets  # (B, T, W)
@@ -193,6 +196,7 @@ def local_attention(
         distance = positions.to(centres.dtype) - centres[..., None]  # (B, T, W), differentiable in p_t
         weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))
     context = (weights[..., None] * v_win.reshape(B, T, W, -1)).sum(dim=2)  # (B, T, W, Dv) -> (B, T, Dv)
+    # end listing: window
     return context, weights, positions
 
 

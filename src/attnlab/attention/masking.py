@@ -176,6 +176,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
         raise TypeError(f"masked_softmax: scores must be a floating-point tensor, got {got}")
     if isinstance(dim, bool) or not isinstance(dim, int) or not -scores.dim() <= dim < max(scores.dim(), 1):
         raise ValueError(f"masked_softmax: dim must be an int in [{-scores.dim()}, {scores.dim()}), got {dim!r}")
+    # listing: mask
     if mask is not None:
         _check_mask(scores, mask)
         if mask.dtype == torch.bool:
@@ -194,3 +195,4 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     # torch.softmax subtracts the row maximum before exp, as exp(e - max e) / sum does by hand,
     # in one pass that keeps only its output for the backward (not exp, sum and quotient).
     return torch.softmax(scores, dim=dim)
+    # end listing: mask

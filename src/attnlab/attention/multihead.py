@@ -118,9 +118,11 @@ class MultiHeadAttention(nn.Module):
                 )
             padding = from_key_padding_mask(key_padding_mask)  # (B, S), True = ignore -> (B, 1, 1, S)
             mask = padding if mask is None else _combine(mask, padding)
+        # listing: project
         q = self._split(self.q_proj(query))  # (B, L, D) -> (B, H, L, E)
         k, v = self.project_kv(key, value)  # (B, H, S, E) each
         return self.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=average_attn_weights)
+        # end listing: project
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values projected and split into heads: ``(B, S, kdim/vdim) -> (B, H, S, E)``.
@@ -128,9 +130,11 @@ class MultiHeadAttention(nn.Module):
         Separate from ``forward`` so that a decoder can cache them (chapter 6): the keys and
         values of earlier positions do not change when a new token arrives.
         """
+        # listing: project-kv
         k = self._split(self.k_proj(key))  # (B, S, D) -> (B, H, S, E)
         v = self._split(self.v_proj(value))  # (B, S, D) -> (B, H, S, E)
         return k, v
+        # end listing: project-kv
 
     def attend(
         self,
@@ -158,8 +162,10 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.mean(dim=1)  # (B, H, L, S) -> (B, L, S)
         else:
             out = scaled_dot_product_attention(q, k, v, mask, dropout, backend=self.backend)  # (B, H, L, E)
+        # listing: merge
         out = out.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, H, L, E) -> (B, L, H, E) -> (B, L, D)
         return self.out_proj(out), weights
+        # end listing: merge
 
 
 def _combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -111,6 +111,7 @@ def summarize(hs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, how: str
     Shapes:
         hs: ``(B, S, D)``; last: ``(B, D)``; mask: ``(B, S)``; returns ``(B, D)``.
     """
+    # listing: how
     if how == "last":
         return last
     keep = mask[:, :, None]  # (B, S) -> (B, S, 1)
@@ -119,6 +120,7 @@ def summarize(hs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor, how: str
     if how == "max":
         return hs.masked_fill(~keep, float("-inf")).amax(1)  # (B, S, D) -> (B, D)
     raise ValueError(f"summarize: how must be one of {CONTEXTS}, got {how!r}")
+    # end listing: how
 
 
 def _packed_rnn(rnn: nn.RNNBase, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, State]:
@@ -201,6 +203,7 @@ class Decoder(nn.Module):
     def forward(
         self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
     ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        # listing: decoder-steps
         T = tgt_in.shape[1]
         x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
         if self.config.peeky:
@@ -210,6 +213,7 @@ class Decoder(nn.Module):
         if self.config.peeky:
             out = torch.cat([out, peek], dim=-1)  # (B, T, H + D)
         return self.out(out), state, None  # logits (B, T, V)
+        # end listing: decoder-steps
 
 
 def _query_state(state: State) -> torch.Tensor:
@@ -260,6 +264,7 @@ class BahdanauDecoder(AttentionDecoder):
         x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
         mask = memory.mask[:, None, :]  # (B, S) -> (B, 1, S): padding takes no part
         outputs, all_weights = [], []
+        # listing: bahdanau-steps
         for t in range(tgt_in.shape[1]):
             scores = self.score(_query_state(state), memory.hs)  # (B, 1, H), (B, S, D) -> (B, 1, S)
             weights = masked_softmax(scores, mask)  # (B, 1, S)
@@ -268,6 +273,7 @@ class BahdanauDecoder(AttentionDecoder):
             out, state = self.rnn(step_input, state)  # (B, 1, H)
             outputs.append(torch.cat([out, context], dim=-1))  # (B, 1, H + D)
             all_weights.append(weights)
+        # end listing: bahdanau-steps
         logits = self.out(torch.cat(outputs, dim=1))  # (B, T, H + D) -> (B, T, V)
         return logits, state, torch.cat(all_weights, dim=1)  # weights (B, T, S)
 
@@ -300,6 +306,7 @@ class LuongDecoder(AttentionDecoder):
     def forward(
         self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
     ) -> tuple[torch.Tensor, State, torch.Tensor]:
+        # listing: luong-steps
         x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
         h, state = self.rnn(x, state)  # (B, T, H): every target position at once
         scores = self.score(h, memory.hs)  # (B, T, H), (B, S, D) -> (B, T, S)
@@ -307,6 +314,7 @@ class LuongDecoder(AttentionDecoder):
         context = weights @ memory.hs  # (B, T, S) @ (B, S, D) -> (B, T, D)
         attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
         return self.out(attentional), state, weights
+        # end listing: luong-steps
 
 
 @dataclass

@@ -173,12 +173,14 @@ class EncoderLayer(nn.Module):
         Returns ``(x (B, S, D), self-attention weights (B, H, S, S) or None)``.
         """
 
+        # listing: sublayers
         def attend(h: torch.Tensor):
             return self.self_attn(h, h, h, attn_mask=src_mask, need_weights=need_weights, average_attn_weights=False)
 
         x, weights = _sublayer(self.norm_first, self.norm1, x, attend, self.dropout1)
         x, _ = _sublayer(self.norm_first, self.norm2, x, lambda h: (self.ff(h), None), self.dropout2)
         return x, weights
+        # end listing: sublayers
 
 
 @dataclass

@@ -1,0 +1,109 @@
+"""Listings: the chapters print the package's own code, by name, never by text position.
+
+A chapter that shows how the package computes something prints part of its source. Cutting the
+source at literal text (``source[source.index("    if mask"):]``) breaks silently when the code
+is reformatted; so the parts a chapter shows are marked in the source with two comment lines,
+
+    # listing: NAME
+    ...the lines the chapter shows...
+    # end listing: NAME
+
+and a chapter asks for ``listing(obj, "NAME")``. Marker lines never appear in a listing, and a
+name that is not marked in ``obj``'s source is a ``ValueError``, so a chapter whose listing lost
+its code fails when it is executed (and ``tests/unit/test_listings.py`` checks every listing of
+every chapter without executing them).
+
+Some listings show internals (the loop every trainer shares, the naive kernel, the blockwise
+kernel's autograd function): those are named by their dotted path as a string,
+``listing("attnlab.train._train_loop", "step")``. A chapter imports only public names; this
+helper is the one place where the book reaches inside, and it says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from typing import Any
+
+__all__ = ["listing"]
+
+_START = re.compile(r"^\s*# listing: (?P<name>[\w-]+)\s*$")
+_END = re.compile(r"^\s*# end listing: (?P<name>[\w-]+)\s*$")
+
+
+def _resolve(path: str) -> Any:
+    """``"attnlab.train._train_loop"`` or ``"attnlab.models.Decoder.forward"`` -> the object."""
+    if not path.startswith("attnlab."):
+        raise ValueError(f"listing: a dotted path must start with 'attnlab.', got {path!r}")
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[cut:]:
+                obj = getattr(obj, attribute)
+        except AttributeError:
+            raise ValueError(f"listing: {path!r} names nothing in the package") from None
+        return obj
+    raise ValueError(f"listing: {path!r} names nothing in the package")  # pragma: no cover
+
+
+def regions(source: str) -> dict[str, str]:
+    """Every marked region of ``source``: name -> its lines (marker lines of inner regions removed).
+
+    Raises ``ValueError`` on a marker without its partner, a name marked twice, or an end
+    marker before its start.
+    """
+    lines = source.splitlines(keepends=True)
+    open_at: dict[str, int] = {}
+    found: dict[str, tuple[int, int]] = {}
+    for i, line in enumerate(lines):
+        if start := _START.match(line):
+            name = start["name"]
+            if name in open_at or name in found:
+                raise ValueError(f"listing: the region {name!r} is marked twice")
+            open_at[name] = i
+        elif end := _END.match(line):
+            name = end["name"]
+            if name not in open_at:
+                raise ValueError(f"listing: '# end listing: {name}' without '# listing: {name}' before it")
+            found[name] = (open_at.pop(name), i)
+    if open_at:
+        raise ValueError(f"listing: '# listing: {next(iter(open_at))}' is never ended")
+    return {name: _without_markers(lines[a + 1 : b]) for name, (a, b) in found.items()}
+
+
+def _without_markers(lines: list[str]) -> str:
+    return "".join(line for line in lines if not (_START.match(line) or _END.match(line)))
+
+
+def listing(obj: Any, part: str | None = None) -> str:
+    """The source of ``obj`` (a function, method or class of the package), or its part ``part``.
+
+    ``obj`` may also be a dotted path such as ``"attnlab.train._train_loop"``, for the internals
+    a chapter shows. Marker comments are left out. Print the result: ``print(listing(...))``.
+
+    Raises:
+        TypeError: ``obj`` has no source (a built-in, a number) or ``part`` is not a string.
+        ValueError: the dotted path names nothing, or ``part`` is not marked in ``obj``'s source.
+    """
+    if isinstance(obj, str):
+        obj = _resolve(obj)
+    if part is not None and not isinstance(part, str):
+        raise TypeError(f"listing: part must be a region name (str) or None, got {type(part).__name__}")
+    try:
+        source = inspect.getsource(obj)
+    except (TypeError, OSError) as exc:
+        raise TypeError(f"listing: obj must be a function, method or class with Python source, "
+                        f"got {type(obj).__name__} ({exc})") from None
+    if part is None:
+        return _without_markers(source.splitlines(keepends=True))
+    found = regions(source)
+    if part not in found:
+        name = getattr(obj, "__qualname__", repr(obj))
+        raise ValueError(f"listing: no region {part!r} is marked in the source of {name}; "
+                         f"marked: {sorted(found) or 'none'}")
+    return found[part]
