@@ -181,6 +181,20 @@ def test_internal_links_resolve(page_path):
     assert not broken, f"{page_path} has broken internal links:\n  " + "\n  ".join(broken)
 
 
+@pytest.mark.parametrize("page_path", [p for p in PAGES if p.startswith("chapters/")])
+def test_printed_output_reads_as_one_block(page_path):
+    """A cell's printed lines are one block on the page (nb_merge_streams), not a box per print."""
+    soup = BeautifulSoup((SITE / page_path).read_text(encoding="utf-8"), "html.parser")
+    split = []
+    for output in soup.select("div.cell_output"):
+        blocks = [" ".join(tag.get("class", [])) for tag in output.find_all(recursive=False)]
+        for first, second in zip(blocks, blocks[1:]):
+            if "output stream" in first and "output stream" in second and "stderr" not in first + second:
+                split.append(output.get_text()[:80].strip())
+                break
+    assert not split, f"{page_path}: printed output split into several blocks: {split}"
+
+
 def test_every_chapter_has_a_page():
     chapters = sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb"))
     assert chapters, "no chapters found"

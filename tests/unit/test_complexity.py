@@ -41,6 +41,27 @@ def test_orders_of_growth():
     assert layer_flops("self-attention", 4 * d + 1, d) > layer_flops("recurrent", 4 * d + 1, d)
 
 
+def test_layer_flops_agree_with_pytorchs_flop_counter():
+    """The chapter's counts, checked against PyTorch's own count of the layers' products."""
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n, d, k = 50, 16, 3
+    q, keys, v = (torch.randn(n, d) for _ in range(3))
+    with FlopCounterMode(display=False) as counted:
+        (q @ keys.T).softmax(-1) @ v  # scores and weighted sum: the projections are not counted
+    assert counted.get_total_flops() == layer_flops("self-attention", n, d)
+    conv = nn.Conv1d(d, d, k, padding=k // 2, bias=False)
+    with FlopCounterMode(display=False) as counted:
+        conv(torch.randn(1, d, n))
+    assert counted.get_total_flops() == layer_flops("convolutional", n, d, k=k)
+    cell, state = nn.LSTMCell(d, d), (torch.zeros(1, d), torch.zeros(1, d))
+    with FlopCounterMode(display=False) as counted:  # nn.LSTM's fused kernel is not counted: unroll it
+        for x in torch.randn(n, 1, d):
+            state = cell(x, state)
+    assert counted.get_total_flops() == layer_flops("recurrent", n, d)
+
+
 def test_table_rows():
     assert table_row("self-attention", 1000) == (1, 1)
     assert table_row("recurrent", 1000) == (1000, 999)

@@ -70,9 +70,17 @@ def test_entropy_bonus_and_baseline():
     assert b.update(torch.tensor([2.0, 4.0])) == 3.0  # first batch: its own mean
     assert b.update(torch.tensor([13.0])) == 3.0  # then the average so far
     assert b.value == pytest.approx(0.9 * 3.0 + 0.1 * 13.0)
-    weights = torch.softmax(torch.randn(3, 4, requires_grad=True), -1)
-    loss = reinforce_loss(torch.zeros(3), torch.ones(3), 0.0, entropy=attention_entropy(weights), entropy_weight=0.1)
-    loss.backward()  # the entropy term reaches the weights
+    # the entropy bonus: with no reward signal (log_prob constant) the gradient is exactly
+    # -0.1 times the gradient of the mean entropy, so a step of gradient descent spreads the weights
+    logits = torch.randn(3, 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    loss = reinforce_loss(torch.zeros(3), torch.ones(3), 0.0,
+                          entropy=attention_entropy(torch.softmax(logits, -1)), entropy_weight=0.1)
+    (grad,) = torch.autograd.grad(loss, logits)
+    (expected,) = torch.autograd.grad(-0.1 * attention_entropy(torch.softmax(logits, -1)).mean(), logits)
+    torch.testing.assert_close(grad, expected)
+    assert grad.abs().sum() > 0
+    stepped = torch.softmax(logits - 10.0 * grad, -1)
+    assert (attention_entropy(stepped) > attention_entropy(torch.softmax(logits, -1))).all()
     with pytest.raises(ValueError, match="entropy_weight needs the entropy"):
         reinforce_loss(torch.zeros(3), torch.ones(3), entropy_weight=0.1)
     with pytest.raises(ValueError, match="decay must be in"):
