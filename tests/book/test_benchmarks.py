@@ -22,18 +22,20 @@ SECTIONS = ["1. `scaled_dot_product_attention", "2. `MultiHeadAttention`", "3. `
 VERDICTS = ("meets", "MISSES", "MISSES (never reached)", "for comparison")
 
 
-def _sections(text: str) -> dict[str, list[list[str]]]:
-    """Section title -> table rows (cells), header and separator rows left out."""
+def _sections(text: str, level: str = "## ") -> dict[str, list[list[str]]]:
+    """Heading (at ``level``) -> the rows of its tables as cells, each table's header row left out."""
     tables: dict[str, list[list[str]]] = {}
-    title = None
+    title, in_table = None, False
     for line in text.splitlines():
-        if line.startswith("## "):
-            title = line[3:]
+        if line.startswith(level):
+            title, in_table = line[len(level):], False
             tables[title] = []
-        elif title and line.startswith("|") and not line.startswith("|---"):
-            tables[title].append([c.strip() for c in line.strip("|").split("|")])
-    for rows in tables.values():  # drop each table's header rows
-        rows[:] = [r for r in rows if not r[0] in ("n", "model", "chapter")]
+        elif title and line.startswith("|"):
+            if in_table and not re.match(r"^\|\s*-", line):  # the first row of a table is its header
+                tables[title].append([c.strip() for c in line.strip("|").split("|")])
+            in_table = True
+        else:
+            in_table = False
     return tables
 
 
@@ -90,25 +92,11 @@ GPU_RESULTS = ROOT / "benchmarks" / "results-gpu.md"
 GPU_SIZES = {1024, 2048, 4096, 8192, 16384}
 
 
-def _gpu_tables(text: str) -> dict[str, list[list[str]]]:
-    tables: dict[str, list[list[str]]] = {}
-    title = None
-    for line in text.splitlines():
-        if line.startswith("### "):
-            title = line[4:]
-            tables[title] = []
-        elif title and line.startswith("|") and not line.startswith("| ---"):
-            tables[title].append([c.strip() for c in line.strip("|").split("|")])
-    for rows in tables.values():
-        del rows[:1]  # the header row
-    return tables
-
-
 def _check_gpu_report(text: str) -> dict[str, list[list[str]]]:
     """What issue 18 asks the appendix to show of a GPU run, and the claims its prose makes."""
     header = re.match(r"GPU: (.+?), torch (\S+);", text)
     assert header and header.group(1) != "cpu" and "+cu" in header.group(2), "the GPU and its CUDA torch not named"
-    tables = _gpu_tables(text)
+    tables = _sections(text, "### ")
     chapters = next(rows for t, rows in tables.items() if t.startswith("Executing each chapter"))
     on_disk = {p.name for p in (ROOT / "chapters").glob("*.ipynb")}
     assert {r[0] for r in chapters} == on_disk, "a chapter's GPU time is missing"
