@@ -15,6 +15,7 @@ import datetime as dt
 import torch
 
 from attnlab.data.dates import date_spans, detect_format
+from attnlab.validation import check_tensor
 
 __all__ = ["ISO_FIELDS", "date_alignment_accuracy", "reverse_alignment_accuracy"]
 
@@ -23,9 +24,7 @@ ISO_FIELDS = {0: "year", 1: "year", 2: "year", 3: "year", 5: "month", 6: "month"
 
 
 def _check_weights(name: str, weights: torch.Tensor, rows: int, cols: int) -> None:
-    if not isinstance(weights, torch.Tensor) or weights.dim() != 2:
-        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-        raise ValueError(f"{name}: weights must have shape (T, S) for one example, got {got}")
+    check_tensor(name, "weights", weights, kind="float", dim=2, names="(T, S)", note="one example")
     if weights.shape[0] < rows or weights.shape[1] < cols:
         raise ValueError(f"{name}: weights of shape {tuple(weights.shape)} need at least {rows} rows and {cols} columns")
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from attnlab.validation import check_int, check_ints
+
 __all__ = [
     "LAYERS",
     "Measurement",
@@ -47,12 +49,6 @@ __all__ = [
 ]
 
 LAYERS = ("self-attention", "recurrent", "convolutional", "restricted")
-
-
-def _positive(name: str, **values: int) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
 
 
 def layer_flops(layer: str, n: int, d: int, *, k: int = 3, r: int = 16, cell: str = "lstm") -> int:
@@ -69,7 +65,7 @@ def layer_flops(layer: str, n: int, d: int, *, k: int = 3, r: int = 16, cell: st
 
     Biases, activations and the softmax are lower-order terms and are not counted.
     """
-    _positive("layer_flops", n=n, d=d, k=k, r=r)
+    check_ints("layer_flops", n=n, d=d, k=k, r=r)
     if layer == "self-attention":
         return 4 * n * n * d
     if layer == "restricted":
@@ -92,7 +88,7 @@ def table_row(layer: str, n: int, *, k: int = 3, r: int = 16) -> tuple[int, int]
     (with dilations growing by ``k``; ``ceil((n - 1) / (k - 1))`` without), one attention layer,
     ``ceil((n - 1) / r)`` restricted layers.
     """
-    _positive("table_row", n=n, k=k, r=r)
+    check_ints("table_row", n=n, k=k, r=r)
     if layer == "self-attention":
         return 1, 1
     if layer == "recurrent":
@@ -115,7 +111,7 @@ def attention_memory(
     ``"blockwise"``: one block of scores and weights, ``2 B H n b``, plus two numbers per query.
     Inputs and outputs (``O(n d)``) are not counted.
     """
-    _positive("attention_memory", n=n, batch=batch, heads=heads, block_size=block_size, bytes_per=bytes_per)
+    check_ints("attention_memory", n=n, batch=batch, heads=heads, block_size=block_size, bytes_per=bytes_per)
     if kernel == "naive":
         return (3 if backward else 2) * batch * heads * n * n * bytes_per
     if kernel == "blockwise":
@@ -207,9 +203,8 @@ def measure(
     """
     if not callable(fn):
         raise TypeError(f"measure: fn must be callable, got {type(fn).__name__}")
-    _positive("measure", repeats=repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"measure: warmup must be a non-negative int, got {warmup!r}")
+    check_ints("measure", repeats=repeats)
+    check_int("measure", "warmup", warmup, low=0)
     device = torch.device("cpu" if device is None else device)
     cuda = device.type == "cuda"
 

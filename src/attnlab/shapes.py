@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from attnlab.validation import check_int, check_tensor
+
 __all__ = ["check_shape"]
 
 
@@ -22,13 +24,12 @@ def check_shape(tensor: torch.Tensor, expected: Sequence[int | None], name: str 
         TypeError: ``tensor`` is not a tensor, or ``expected`` is not a sequence of ints/None.
         ValueError: the number of dimensions or a size differs; the message gives both shapes.
     """
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"check_shape: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+    check_tensor("check_shape", name, tensor)
     if isinstance(expected, (str, bytes)) or not isinstance(expected, Sequence):
         raise TypeError(f"check_shape: expected must be a sequence of ints or None, got {expected!r}")
     for size in expected:
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-            raise TypeError(f"check_shape: expected must hold ints or None, got {expected!r}")
+        if size is not None:
+            check_int("check_shape", "each size in expected", size, low=0)
     shown = "(" + ", ".join("*" if s is None else str(s) for s in expected) + ")"
     actual = tuple(tensor.shape)
     if len(actual) != len(expected) or any(e is not None and e != a for e, a in zip(expected, actual)):

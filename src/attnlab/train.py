@@ -32,6 +32,7 @@ from attnlab.models.captioning import CaptionOutput, Captioner, HardCaptioner, r
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
 from attnlab.models.tagger import SelfAttentionTagger
+from attnlab.validation import check_int, check_number, check_tensor
 
 __all__ = [
     "CaptionEval",
@@ -125,24 +126,22 @@ def _train_device(model: nn.Module, device: Device | None) -> torch.device:
 
 
 def _check_pairs(name: str, pairs: Pairs) -> None:
-    if not isinstance(pairs, Sequence) or len(pairs) == 0:
-        raise ValueError(f"{name}: pairs must be a non-empty sequence of (source, target) strings")
+    if not isinstance(pairs, Sequence) or isinstance(pairs, str):
+        raise TypeError(f"{name}: pairs must be a sequence of (source, target) strings, got {type(pairs).__name__}")
+    if len(pairs) == 0:
+        raise ValueError(f"{name}: pairs must be a non-empty sequence of (source, target) strings, got an empty one")
     first = pairs[0]
     if not (isinstance(first, tuple) and len(first) == 2 and all(isinstance(x, str) for x in first)):
         raise TypeError(f"{name}: pairs must hold (source, target) string tuples, got {first!r}")
 
 
-def _check_steps(name: str, steps: int, eval_every: int | None) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"{name}: steps must be a positive int, got {steps!r}")
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
-        raise ValueError(f"{name}: eval_every must be a positive int or None, got {eval_every!r}")
-
-
-def _check_positive(name: str, **values: float) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name}: {key} must be a positive number, got {value!r}")
+def _check_schedule(name: str, steps: int, eval_every: int | None, batch_size: int, **rates: float) -> None:
+    """The arguments every trainer shares: counts are ints >= 1, rates (``lr``, ``clip``) numbers > 0."""
+    check_int(name, "steps", steps)
+    check_int(name, "eval_every", eval_every, none=True)
+    check_int(name, "batch_size", batch_size)
+    for arg, value in rates.items():
+        check_number(name, arg, value, low=0, low_open=True)
 
 
 @torch.no_grad()
@@ -161,7 +160,7 @@ def evaluate_seq2seq(
     Runs where the model is (``device``, if given, must be the model's device).
     """
     _check_pairs("evaluate_seq2seq", pairs)
-    _check_positive("evaluate_seq2seq", batch_size=batch_size)
+    check_int("evaluate_seq2seq", "batch_size", batch_size)
     device = _eval_device("evaluate_seq2seq", model, device)
     was_training = model.training
     model.eval()
@@ -336,12 +335,10 @@ def train_seq2seq(
         A ``TrainHistory``; its ``seconds`` field is the wall time spent (for reporting only).
     """
     _check_pairs("train_seq2seq", train_pairs)
-    _check_steps("train_seq2seq", steps, eval_every)
-    _check_positive("train_seq2seq", batch_size=batch_size, lr=lr, clip=clip)
+    _check_schedule("train_seq2seq", steps, eval_every, batch_size, lr=lr, clip=clip)
     if schedule is not None and not callable(schedule):
         raise TypeError(f"train_seq2seq: schedule must be a function of the step, got {type(schedule).__name__}")
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing < 1:
-        raise ValueError(f"train_seq2seq: label_smoothing must be in [0, 1), got {label_smoothing!r}")
+    check_number("train_seq2seq", "label_smoothing", label_smoothing, low=0, high=1, high_open=True)
     if eval_pairs is not None:
         _check_pairs("train_seq2seq (eval_pairs)", eval_pairs)
     device = _train_device(model, device)
@@ -378,8 +375,10 @@ def translate(
     """Greedy translation of one string (defined in chapter 1; used by the chapters' widgets).
 
     Runs where the model is (``device``, if given, must be the model's device)."""
-    if not isinstance(source, str) or not source:
-        raise ValueError(f"translate: source must be a non-empty string, got {source!r}")
+    if not isinstance(source, str):
+        raise TypeError(f"translate: source must be a str, got {type(source).__name__}")
+    if not source:
+        raise ValueError("translate: source must be a non-empty string, got ''")
     device = _eval_device("translate", model, device)
     model.eval()
     src = torch.tensor([src_vocab.encode(source)], device=device)
@@ -391,9 +390,7 @@ def _check_tagged(name: str, model: nn.Module, tokens: torch.Tensor, targets: to
     if not isinstance(model, SelfAttentionTagger):
         raise TypeError(f"{name}: model must be a SelfAttentionTagger, got {type(model).__name__}")
     for arg, t in (("tokens", tokens), ("targets", targets)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.long:
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name}: {arg} must be a long tensor, got {got}")
+        check_tensor(name, arg, t, kind="long")
     want = (*tokens.shape, model.config.num_outputs)
     if tokens.dim() != 2 or tuple(targets.shape) != want or len(tokens) == 0:
         raise ValueError(
@@ -452,8 +449,7 @@ def train_tagger(
     model trains where it is, or on ``device`` if one is given.
     """
     _check_tagged("train_tagger", model, tokens, targets)
-    _check_steps("train_tagger", steps, eval_every)
-    _check_positive("train_tagger", batch_size=batch_size, lr=lr)
+    _check_schedule("train_tagger", steps, eval_every, batch_size, lr=lr)
     if eval_data is not None:
         _check_tagged("train_tagger (eval_data)", model, *eval_data)
     device = _train_device(model, device)
@@ -495,9 +491,7 @@ def _check_classified(name: str, model: nn.Module, tokens: torch.Tensor, labels:
         raise TypeError(f"{name}: model must be a StructuredClassifier or HierarchicalClassifier, got {type(model).__name__}")
     dims = 2 if isinstance(model, StructuredClassifier) else 3
     for arg, t in (("tokens", tokens), ("labels", labels)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.long:
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name}: {arg} must be a long tensor, got {got}")
+        check_tensor(name, arg, t, kind="long")
     if tokens.dim() != dims or labels.shape != (tokens.shape[0],) or len(tokens) == 0:
         raise ValueError(f"{name}: tokens must be {dims}-D with one label each; got {tuple(tokens.shape)} and "
                          f"{tuple(labels.shape)}")
@@ -544,10 +538,8 @@ def train_classifier(
     device as in ``train_tagger``: accuracy every ``eval_every`` steps and after the last.
     """
     _check_classified("train_classifier", model, tokens, labels)
-    _check_steps("train_classifier", steps, eval_every)
-    _check_positive("train_classifier", batch_size=batch_size, lr=lr)
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
-        raise ValueError(f"train_classifier: penalty must be a non-negative number, got {penalty!r}")
+    _check_schedule("train_classifier", steps, eval_every, batch_size, lr=lr)
+    check_number("train_classifier", "penalty", penalty, low=0)
     if penalty and not isinstance(model, StructuredClassifier):
         raise ValueError("train_classifier: penalty applies to the hops of a StructuredClassifier only")
     if eval_data is not None:
@@ -720,12 +712,9 @@ def train_captioner(
     locations with a generator seeded by ``seed`` on that device.
     """
     _check_captioner("train_captioner", model, task)
-    _check_steps("train_captioner", steps, eval_every)
-    _check_positive("train_captioner", batch_size=batch_size, lr=lr)
-    if baseline_decay is not None and (isinstance(baseline_decay, bool) or not isinstance(baseline_decay, (int, float))):
-        raise ValueError(f"train_captioner: baseline_decay must be a number in [0, 1) or None, got {baseline_decay!r}")
-    if isinstance(entropy_weight, bool) or not isinstance(entropy_weight, (int, float)) or entropy_weight < 0:
-        raise ValueError(f"train_captioner: entropy_weight must be a non-negative number, got {entropy_weight!r}")
+    _check_schedule("train_captioner", steps, eval_every, batch_size, lr=lr)
+    check_number("train_captioner", "baseline_decay", baseline_decay, low=0, high=1, high_open=True, none=True)
+    check_number("train_captioner", "entropy_weight", entropy_weight, low=0)
     if eval_data is not None:
         _check_captioner("train_captioner (eval_data)", model, eval_data)
     device = _train_device(model, device)
@@ -767,8 +756,7 @@ def gradient_noise(
     locations drawn by a generator on that device.
     """
     _check_captioner("gradient_noise", model, task)
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 2:
-        raise ValueError(f"gradient_noise: batches must be an int >= 2, got {batches!r}")
+    check_int("gradient_noise", "batches", batches, low=2)
     device = _eval_device("gradient_noise", model, device)
     model.train()
     g = torch.Generator().manual_seed(seed)  # which scenes: on the CPU, where the data is indexed

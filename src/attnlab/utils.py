@@ -12,6 +12,8 @@ import random
 import numpy as np
 import torch
 
+from attnlab.validation import check_choice, check_int
+
 __all__ = ["get_device", "set_seed"]
 
 _DEVICE_NAMES = ("cuda", "mps", "cpu")
@@ -48,10 +50,9 @@ def set_seed(seed: int, *, deterministic: bool = False) -> None:
             is not a ``bool``.
         ValueError: ``seed`` is negative or not below 2**32.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"set_seed: seed must be an int, got {type(seed).__name__} ({seed!r})")
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"set_seed: seed must be in [0, 2**32), got {seed}")
+    if isinstance(seed, np.integer):  # numpy's integers are accepted too (bool still is not)
+        seed = int(seed)
+    check_int("set_seed", "seed", seed, low=0, high=2**32 - 1)
     if not isinstance(deterministic, bool):
         raise TypeError(f"set_seed: deterministic must be a bool, got {type(deterministic).__name__}")
     seed = int(seed)
@@ -89,8 +90,7 @@ def get_device(prefer: str | None = None) -> torch.device:
         if _mps_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if not isinstance(prefer, str) or prefer not in _DEVICE_NAMES:
-        raise ValueError(f"get_device: prefer must be None or one of {_DEVICE_NAMES}, got {prefer!r}")
+    check_choice("get_device", "prefer", prefer, _DEVICE_NAMES)  # or None, handled above
     available = {"cuda": torch.cuda.is_available(), "mps": _mps_available(), "cpu": True}
     if not available[prefer]:
         raise RuntimeError(f"get_device: device {prefer!r} was asked for but is not available here")

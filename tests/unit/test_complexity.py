@@ -135,7 +135,7 @@ def test_fit_slope():
 def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="layer must be one of"):
         layer_flops("lstm", 10, 4)
-    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
         layer_flops("recurrent", 0, 4)
     with pytest.raises(ValueError, match="kernel must be 'naive' or 'blockwise'"):
         attention_memory(10, kernel="flash")

@@ -108,7 +108,7 @@ def test_cosine_score_ignores_length():
     score = CosineScore(4, scale=1.0)
     torch.testing.assert_close(score(q * 7.0, k * 0.1), score(q, k))
     assert score(q, k).abs().max() <= 1.0 + 1e-6
-    with pytest.raises(ValueError, match="scale must be a positive number"):
+    with pytest.raises(ValueError, match="scale must be a number > 0, got 0"):
         CosineScore(4, scale=0)
 
 
@@ -149,7 +149,7 @@ def test_bad_input_is_explained(kwargs, error, message):
 
 def test_attention_checks_what_the_score_returns():
     q, k, v = _qkv((2,), 3, 4, 8, 5)
-    with pytest.raises(ValueError, match=r"score must return shape \(..., L, S\) = \(2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"score's output must have shape \(..., L, S\) = \(2, 3, 4\), got \(2, 3, 3\)"):
         attention(q, k, v, score=lambda q, k: q @ q.transpose(-2, -1))
 
 

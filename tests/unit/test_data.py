@@ -67,7 +67,7 @@ def test_date_pairs_can_be_restricted_to_some_formats():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"n_train": -1}, ValueError, "n_train must be non-negative, got -1"),
+        ({"n_train": -1}, ValueError, "n_train must be an int >= 0, got -1"),
         ({"n_test": 2.5}, TypeError, "n_test must be an int"),
         ({"formats": ["klingon"]}, ValueError, r"unknown formats \['klingon'\]"),
         ({"formats": []}, ValueError, "formats must name at least one format"),
@@ -110,10 +110,10 @@ def test_log_uniform_lengths_balance_tokens_across_lengths():
     ("args", "kwargs", "message"),
     [
         (("sort", 5, 1, 3), {}, "task must be one of"),
-        (("copy", 5, 0, 3), {}, "need 1 <= min_len <= max_len"),
-        (("copy", 5, 4, 3), {}, "need 1 <= min_len <= max_len"),
-        (("copy", -1, 1, 3), {}, "n must be non-negative"),
-        (("copy", 5, 1, 3), {"n_symbols": 1}, r"n_symbols must be in \[2, 26\]"),
+        (("copy", 5, 0, 3), {}, "min_len must be an int >= 1, got 0"),
+        (("copy", 5, 4, 3), {}, r"max_len must be an int >= 4 \(min_len\), got 3"),
+        (("copy", -1, 1, 3), {}, "n must be an int >= 0, got -1"),
+        (("copy", 5, 1, 3), {"n_symbols": 1}, r"n_symbols must be an int in \[2, 26\], got 1"),
         (("copy", 5, 1, 3), {"lengths": "normal"}, "lengths must be one of"),
     ],
 )

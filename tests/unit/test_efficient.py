@@ -108,7 +108,7 @@ def test_backward_keeps_only_inputs_output_and_log_sum_exp():
 
 def test_errors_name_the_argument():
     q, k, v = _qkv((1, 2, 4, 3), 4, 2)
-    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="block_size must be an int >= 1, got 0"):
         blockwise_attention(q, k, v, block_size=0)
     with pytest.raises(ValueError, match="not both"):
         blockwise_attention(q, k, v, torch.ones(4, 4, dtype=torch.bool), is_causal=True)
@@ -126,11 +126,11 @@ def test_signature_is_pytorchs():
     assert inspect.signature(blockwise_attention).parameters["block_size"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
-@pytest.mark.parametrize("fifth", [True, 0.5, 1, False])
-def test_the_fifth_argument_is_dropout_p_not_is_causal(fifth):
+@pytest.mark.parametrize(("fifth", "error"), [(True, TypeError), (0.5, ValueError), (1, ValueError), (False, TypeError)])
+def test_the_fifth_argument_is_dropout_p_not_is_causal(fifth, error):
     """A call ported from torch, or written for the old order, must not silently mean causal."""
     q, k, v = _qkv((1, 2, 6, 3), 6, 2)
-    with pytest.raises(ValueError, match="does not implement dropout, so dropout_p must be 0.0"):
+    with pytest.raises(error, match="does not implement dropout, so dropout_p must be 0.0.*pass is_causal=True by keyword"):
         blockwise_attention(q, k, v, None, fifth)
 
 

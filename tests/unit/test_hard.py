@@ -83,7 +83,9 @@ def test_entropy_bonus_and_baseline():
     assert (attention_entropy(stepped) > attention_entropy(torch.softmax(logits, -1))).all()
     with pytest.raises(ValueError, match="entropy_weight needs the entropy"):
         reinforce_loss(torch.zeros(3), torch.ones(3), entropy_weight=0.1)
-    with pytest.raises(ValueError, match="decay must be in"):
+    with pytest.raises(ValueError, match=r"decay must be a number in \[0, 1\), got 1.0"):
         MovingAverageBaseline(1.0)
-    with pytest.raises(ValueError, match=r"weights must be a floating \(B, L\) tensor"):
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, L\) \(probabilities\), got shape \(3,\)"):
         sample_location(torch.ones(3))
+    with pytest.raises(TypeError, match=r"weights must be a floating-point tensor \(probabilities\), got torch.int64"):
+        sample_location(torch.ones(2, 3, dtype=torch.long))

@@ -47,15 +47,15 @@ def test_banded_attention_memory_grows_linearly():
 
 def test_local_errors_name_the_argument():
     x = torch.zeros(2, 4, 3)
-    with pytest.raises(ValueError, match="window must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match="window must be an int >= 0, got -1"):
         banded_attention(x, x, x, -1)
-    with pytest.raises(TypeError, match="query must be a floating tensor"):
+    with pytest.raises(TypeError, match="query must be a floating-point tensor, got torch.int64"):
         banded_attention(x.long(), x, x, 1)
     with pytest.raises(ValueError, match="self-attention needs"):
         banded_attention(x, torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), 1)
     with pytest.raises(ValueError, match=r"weights must have shape \(..., N, 3\)"):
         band_to_dense(torch.zeros(4, 5), 1)
-    with pytest.raises(ValueError, match="n must be a positive int"):
+    with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
         band_mask(0, 1)
-    with pytest.raises(ValueError, match="chunk_size must be a positive int or None, got 0"):
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1, got 0"):
         banded_attention(x, x, x, 1, chunk_size=0)

@@ -96,15 +96,15 @@ def test_score_modules_of_chapter_3_fit():
 
 def test_local_attention_errors_name_the_argument():
     q, k, v, centres = _inputs()
-    with pytest.raises(ValueError, match="window must be a positive int"):
+    with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
         local_attention(_dot, q, k, v, centres, 0)
-    with pytest.raises(TypeError, match="centres must be a floating 2-D tensor"):
+    with pytest.raises(TypeError, match="centres must be a floating-point tensor, got torch.int64"):
         local_attention(_dot, q, k, v, centres.long(), 2)
     with pytest.raises(ValueError, match=r"centres \(B, T\)"):
         local_attention(_dot, q, k, v, centres[:, :3], 2)
     with pytest.raises(ValueError, match=r"lengths must have shape \(2,\)"):
         local_attention(_dot, q, k, v, centres, 2, lengths=torch.tensor([3]))
-    with pytest.raises(ValueError, match="source_length must be a positive int"):
+    with pytest.raises(ValueError, match="source_length must be an int >= 1, got 0"):
         window_to_dense(torch.zeros(1, 1, 3), torch.zeros(1, 1, 3, dtype=torch.long), 0)
 
 
@@ -127,11 +127,17 @@ def test_local_decoder_step_by_step_equals_teacher_forcing(mode):
     with torch.no_grad():
         logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
         memory = model.encoder(batch.src, batch.src_lengths)
+        _, whole, _ = model.decoder(batch.tgt_in, model.decoder.init_state(memory), memory)
         state = model.decoder.init_state(memory)
-        steps = []
+        assert state.centres is None
+        steps, centres = [], []
         for t in range(batch.tgt_in.shape[1]):
             step_logits, state, w = model.decoder(batch.tgt_in[:, t : t + 1], state, memory)
             steps.append((step_logits, w))
+            centres.append(state.centres)
+    # the state returned by each call holds the centres of that call's steps
+    assert whole.centres.shape == batch.tgt_in.shape
+    torch.testing.assert_close(torch.cat(centres, 1), whole.centres)
     torch.testing.assert_close(torch.cat([s[0] for s in steps], 1), logits)
     torch.testing.assert_close(torch.cat([s[1] for s in steps], 1), weights)
     assert weights.shape == (4, batch.tgt_in.shape[1], batch.src.shape[1])
@@ -141,7 +147,7 @@ def test_local_decoder_step_by_step_equals_teacher_forcing(mode):
     assert int((weights > 0).sum(-1).max()) <= 5
     if mode == "local-m":  # the window of step t is centred on source position t (inside the source)
         expected = torch.minimum(torch.arange(batch.tgt_in.shape[1])[None, :], batch.src_lengths[:, None] - 1)
-        torch.testing.assert_close(model.decoder.last_centres, expected[:, -1:].to(torch.float32))
+        torch.testing.assert_close(whole.centres, expected.to(torch.float32))
 
 
 def test_local_m_learns_to_copy():
@@ -159,5 +165,5 @@ def test_local_decoder_errors():
     config = Seq2SeqConfig(5, 5, hidden_dim=8)
     with pytest.raises(ValueError, match="mode must be one of"):
         LuongLocalDecoder(config, mode="local")
-    with pytest.raises(ValueError, match="window must be a positive int"):
+    with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
         LuongLocalDecoder(config, window=0)

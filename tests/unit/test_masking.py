@@ -28,9 +28,9 @@ def test_causal_mask_matches_sdpa_is_causal_when_lengths_differ(L, S):
 
 @pytest.mark.parametrize("bad", [0, -2])
 def test_causal_mask_rejects_non_positive_lengths(bad):
-    with pytest.raises(ValueError, match="num_queries must be at least 1"):
+    with pytest.raises(ValueError, match="num_queries must be an int >= 1, got -?[0-9]"):
         causal_mask(bad)
-    with pytest.raises(ValueError, match="num_keys must be at least 1"):
+    with pytest.raises(ValueError, match="num_keys must be an int >= 1, got -?[0-9]"):
         causal_mask(2, bad)
 
 
@@ -54,7 +54,7 @@ def test_padding_mask_errors_name_the_argument():
         padding_mask(torch.tensor([[2], [3]]))
     with pytest.raises(ValueError, match="non-negative"):
         padding_mask(torch.tensor([2, -1]))
-    with pytest.raises(ValueError, match="max_len must be an int >= the largest length 3"):
+    with pytest.raises(ValueError, match=r"max_len must be an int >= 3 \(the largest length\), got 2"):
         padding_mask(torch.tensor([2, 3]), max_len=2)
 
 
@@ -121,7 +121,7 @@ def test_masked_softmax_errors_name_the_argument():
         masked_softmax(torch.tensor([1, 2]))
     with pytest.raises(TypeError, match="mask must be boolean"):
         masked_softmax(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.int64))
-    with pytest.raises(TypeError, match="mask must be a torch.Tensor or None"):
+    with pytest.raises(TypeError, match=r"mask must be a tensor, got list"):
         masked_softmax(torch.zeros(2, 3), [[True] * 3] * 2)
     with pytest.raises(ValueError, match=r"the shape of mask is \(4,\), but it must broadcast to the shape of scores \(2, 3\)"):
         masked_softmax(torch.zeros(2, 3), torch.ones(4, dtype=torch.bool))
@@ -170,7 +170,7 @@ def test_from_key_padding_mask_flips_the_convention_like_multiheadattention():
 def test_from_key_padding_mask_errors_name_the_argument():
     with pytest.raises(TypeError, match="key_padding_mask must be a boolean tensor"):
         from_key_padding_mask(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\) \(True = ignore\), got shape \(3,\)"):
         from_key_padding_mask(torch.zeros(3, dtype=torch.bool))
 
 

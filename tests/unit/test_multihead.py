@@ -121,7 +121,7 @@ def test_multihead_errors_name_the_argument():
         mha(torch.zeros(2, 3, 7), torch.zeros(2, 3, 8), torch.zeros(2, 3, 8))
     with pytest.raises(ValueError, match="must share B"):
         mha(torch.zeros(2, 3, 8), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8))
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(2, 3\), got \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(2, 3\) \(True = padding\), got \(2, 4\)"):
         x = torch.zeros(2, 3, 8)
         mha(x, x, x, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="differ"):
@@ -152,9 +152,9 @@ def test_relative_rotation_shifts_positions(offset):
 def test_positional_errors():
     with pytest.raises(ValueError, match="d_model must be even"):
         sinusoidal_encoding(4, 5)
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be an int >= 1, got 0"):
         sinusoidal_encoding(0, 4)
-    with pytest.raises(ValueError, match="offset must be an int"):
+    with pytest.raises(TypeError, match=r"offset must be an int, got float \(1.5\)"):
         relative_rotation(1.5, 4)
     learned = LearnedPositionalEmbedding(4, 8)
     assert learned(torch.zeros(2, 3, 8)).shape == (2, 3, 8)

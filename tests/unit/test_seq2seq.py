@@ -118,7 +118,7 @@ def test_the_context_carries_the_source():
     [
         ({"cell": "rnn"}, "cell must be one of"),
         ({"context": "first"}, "context must be one of"),
-        ({"hidden_dim": 0}, "hidden_dim must be a positive int"),
+        ({"hidden_dim": 0}, "hidden_dim must be an int >= 1, got 0"),
     ],
 )
 def test_bad_configs_are_explained(kwargs, message):
@@ -129,16 +129,20 @@ def test_bad_configs_are_explained(kwargs, message):
 def test_bad_inputs_are_explained():
     model = _model()
     src = torch.tensor([[3, 4, 5]])
-    with pytest.raises(ValueError, match=r"src must be a \(B, S\) tensor of token ids"):
+    with pytest.raises(TypeError, match=r"src must be a torch.long tensor \(token ids\), got torch.float32"):
         model(src.float(), torch.tensor([3]), src)
+    with pytest.raises(ValueError, match=r"src must have shape \(B, S\) \(token ids\), got shape \(3,\)"):
+        model(src[0], torch.tensor([3]), src)
     with pytest.raises(ValueError, match=r"src_lengths must have shape \(1,\), got \(2,\)"):
         model(src, torch.tensor([3, 3]), src)
     with pytest.raises(ValueError, match=r"src_lengths must lie in \[1, 3\]"):
         model(src, torch.tensor([4]), src)
     with pytest.raises(ValueError, match=r"tgt_in must have shape \(1, T\)"):
         model(src, torch.tensor([3]), torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be an int >= 1, got 0"):
         model.greedy_decode(src, torch.tensor([3]), max_len=0)
+    with pytest.raises(TypeError, match=r"max_len must be an int, got float \(2.0\)"):
+        model.greedy_decode(src, torch.tensor([3]), max_len=2.0)
     with pytest.raises(TypeError, match="config must be a Seq2SeqConfig"):
         Seq2Seq({"hidden_dim": 3})
 
@@ -197,9 +201,9 @@ def test_evaluation_counts_exact_and_token_matches():
 def test_training_arguments_are_checked():
     vocab = CharVocab("ab")
     model = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab)))
-    with pytest.raises(ValueError, match="steps must be a positive int"):
+    with pytest.raises(ValueError, match="steps must be an int >= 1, got 0"):
         train_seq2seq(model, [("a", "a")], vocab, vocab, steps=0)
-    with pytest.raises(ValueError, match="lr must be a positive number"):
+    with pytest.raises(ValueError, match="lr must be a number > 0, got -1"):
         train_seq2seq(model, [("a", "a")], vocab, vocab, steps=1, lr=-1)
     with pytest.raises(ValueError, match="pairs must be a non-empty sequence"):
         train_seq2seq(model, [], vocab, vocab, steps=1)

@@ -81,9 +81,11 @@ def test_structured_classifier_shapes_and_padding():
     assert logits.shape == (4, 9) and A.shape == (4, 3, 7)
     torch.testing.assert_close(A.sum(-1), torch.ones(4, 3))
     assert torch.equal(A[1, :, 5:], torch.zeros(3, 2))
-    with pytest.raises(ValueError, match=r"tokens must be a \(B, n\) long tensor"):
+    with pytest.raises(TypeError, match=r"tokens must be a torch.long tensor, got torch.float32"):
         model(tokens.float())
-    with pytest.raises(ValueError, match="hops must be a positive int"):
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, n\), got shape \(7,\)"):
+        model(tokens[0])
+    with pytest.raises(ValueError, match="hops must be an int >= 1, got 0"):
         StructuredConfig(30, 9, hops=0)
 
 
@@ -99,7 +101,7 @@ def test_hierarchical_classifier_shapes_and_padding():
     assert float(sentences[0, 3]) == 0.0
     assert torch.equal(words[2, :, 4], torch.zeros(4))
     torch.testing.assert_close(sentences.sum(-1), torch.ones(3))
-    with pytest.raises(ValueError, match=r"tokens must be a \(B, S, W\) long tensor"):
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, S, W\), got shape \(4, 5\)"):
         model(tokens[0])
 
 

@@ -31,10 +31,12 @@ def test_neighbour_task_is_seeded():
 def test_neighbour_task_errors():
     with pytest.raises(TypeError, match="length must be an int"):
         make_neighbour_task(3, 2.5)
-    with pytest.raises(ValueError, match="n_symbols must be positive"):
+    with pytest.raises(ValueError, match="n_symbols must be an int >= 1, got 0"):
         make_neighbour_task(3, 4, n_symbols=0)
-    with pytest.raises(ValueError, match="offsets must be a non-empty tuple of ints"):
+    with pytest.raises(ValueError, match=r"offsets must be a tuple or list of ints, non-empty; got \(\)"):
         make_neighbour_task(3, 4, offsets=())
+    with pytest.raises(TypeError, match=r"offsets must be a tuple or list of ints, got tuple \(\(1, 2.0\)\)"):
+        make_neighbour_task(3, 4, offsets=(1, 2.0))
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
@@ -67,12 +69,12 @@ def test_without_positions_the_tagger_sees_a_bag_of_tokens():
 def test_tagger_errors_name_the_argument():
     with pytest.raises(ValueError, match="positions must be one of"):
         TaggerConfig(10, 11, positions="rotary")
-    with pytest.raises(ValueError, match="num_heads must be a positive int"):
+    with pytest.raises(ValueError, match="num_heads must be an int >= 1, got 0"):
         TaggerConfig(10, 11, num_heads=0)
     with pytest.raises(TypeError, match="config must be a TaggerConfig"):
         SelfAttentionTagger({"vocab_size": 10})
     model = SelfAttentionTagger(TaggerConfig(10, 11, max_len=8))
-    with pytest.raises(TypeError, match=r"tokens must be a long tensor \(B, N\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"tokens must be a torch.long tensor, got torch.float32"):
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_len 8"):
         model(torch.zeros(2, 9, dtype=torch.long))

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention.masking import masked_softmax
+from attnlab.validation import check_choice, check_number, check_tensor
 
 __all__ = ["BACKENDS", "attention", "scaled_dot_product_attention"]
 
@@ -38,12 +39,9 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
 
 def _check_qkv(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
     for arg, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+        check_tensor(name, arg, t, kind="float")
         if t.dim() < 2:
             raise ValueError(f"{name}: {arg} must have at least 2 dimensions (..., length, features), got {_shape(t)}")
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{name}: {arg} must be a floating-point tensor, got {t.dtype}")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(
             f"{name}: key and value must have the same length S, got key {_shape(key)} and value {_shape(value)}"
@@ -64,8 +62,7 @@ def _check_qkv(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.T
 def _check_mask(name: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:
     if mask is None:
         return
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name}: attn_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    check_tensor(name, "attn_mask", mask)
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise TypeError(f"{name}: attn_mask must be boolean (True = takes part) or floating (added), got {mask.dtype}")
     target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
@@ -103,9 +100,7 @@ def attention(
     else:
         scores = score(query, key)  # stage 1: (..., L, S)
         expected = (*query.shape[:-1], key.shape[-2])
-        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:
-            got = _shape(scores) if isinstance(scores, torch.Tensor) else type(scores).__name__
-            raise ValueError(f"attention: score must return shape (..., L, S) = {expected}, got {got}")
+        check_tensor("attention", "score's output", scores, shape=expected, names=f"(..., L, S) = {expected}")
     weights = masked_softmax(scores, mask)  # stage 2: (..., L, S)
     return weights @ value, weights  # stage 3: (..., L, S) @ (..., S, Ev) -> (..., L, Ev)
     # end listing: stages
@@ -173,14 +168,11 @@ def scaled_dot_product_attention(
     name = "scaled_dot_product_attention"
     _check_qkv(name, query, key, value)
     _check_mask(name, attn_mask, query, key)
-    if backend not in BACKENDS:
-        raise ValueError(f"{name}: backend must be one of {BACKENDS}, got {backend!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{name}: dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    check_choice(name, "backend", backend, BACKENDS)
+    check_number(name, "dropout_p", dropout_p, low=0, high=1, high_open=True)
     if is_causal and attn_mask is not None:
         raise ValueError(f"{name}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        raise TypeError(f"{name}: scale must be a number or None, got {type(scale).__name__}")
+    check_number(name, "scale", scale, none=True)
     if backend == "naive":
         return _naive(query, key, value, attn_mask, dropout_p, is_causal, scale)
     out = F.scaled_dot_product_attention(

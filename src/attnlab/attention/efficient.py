@@ -35,6 +35,7 @@ import math
 import torch
 
 from attnlab.attention.core import _check_mask, _check_qkv
+from attnlab.validation import check_int, check_number
 
 __all__ = ["blockwise_attention"]
 
@@ -189,23 +190,22 @@ def blockwise_attention(
         ``(..., L, Ev)``, in the dtype of ``query``; queries whose keys are all masked get zeros.
 
     Raises:
-        ValueError: ``dropout_p`` is not 0.0, a shape does not fit, or ``block_size`` is not a
-            positive int.
+        TypeError: ``dropout_p`` is a bool (``is_causal`` passed fifth), or ``block_size`` not an int.
+        ValueError: ``dropout_p`` is not 0.0, a shape does not fit, or ``block_size`` is below 1.
     """
     name = "blockwise_attention"
     _check_qkv(name, query, key, value)
     _check_mask(name, attn_mask, query, key)
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0.0:
-        raise ValueError(
+    if isinstance(dropout_p, bool) or check_number(name, "dropout_p", dropout_p) != 0.0:
+        error = TypeError if isinstance(dropout_p, bool) else ValueError  # a bool is is_causal in the wrong place
+        raise error(
             f"{name}: blockwise attention does not implement dropout, so dropout_p must be 0.0, got {dropout_p!r} "
             "(dropout_p is the fifth positional argument, as in PyTorch; pass is_causal=True by keyword)"
         )
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"{name}: block_size must be a positive int, got {block_size!r}")
+    check_int(name, "block_size", block_size)
     if is_causal and attn_mask is not None:
         raise ValueError(f"{name}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        raise TypeError(f"{name}: scale must be a number or None, got {type(scale).__name__}")
+    check_number(name, "scale", scale, none=True)
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if attn_mask is not None:  # a broadcast view (no copy) of shape (..., L, S), sliced per block
         lead = torch.broadcast_shapes(query.shape[:-2], attn_mask.shape[:-2])

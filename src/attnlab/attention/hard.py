@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.validation import check_number, check_tensor
+
 __all__ = ["MovingAverageBaseline", "attention_entropy", "hard_attend", "reinforce_loss", "sample_location"]
 
 
@@ -23,16 +25,12 @@ def _check_weights(name: str, weights: torch.Tensor, mask: torch.Tensor | None) 
     Reading values on the host costs nothing on the CPU but a synchronisation on an accelerator,
     at every decoding step of a hard-attention model: there ``torch.multinomial`` checks them.
     """
-    if not isinstance(weights, torch.Tensor) or not weights.dtype.is_floating_point or weights.dim() != 2:
-        got = f"{weights.dtype} {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
-        raise ValueError(f"{name}: weights must be a floating (B, L) tensor of probabilities, got {got}")
+    check_tensor(name, "weights", weights, kind="float", dim=2, names="(B, L)", note="probabilities")
     on_host = weights.device.type == "cpu"
     if on_host and (bool((weights < 0).any()) or not bool(torch.isfinite(weights).all())):
         raise ValueError(f"{name}: weights must be finite and non-negative")
     if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != weights.shape:
-            got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise ValueError(f"{name}: mask must be a boolean tensor of shape {tuple(weights.shape)}, got {got}")
+        check_tensor(name, "mask", mask, kind="bool", shape=tuple(weights.shape), note="True = may be drawn")
         weights = weights * mask  # masked locations can never be drawn
     empty = weights.sum(-1) <= 0
     if on_host and bool(empty.any()):
@@ -61,9 +59,9 @@ def hard_attend(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard attention: the value at one sampled location, ``(context (B, D), index, log_prob)``."""
-    if not isinstance(values, torch.Tensor) or values.dim() != 3 or values.shape[:2] != weights.shape:
-        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"hard_attend: values must have shape (B, L, D) with (B, L) = {tuple(weights.shape)}, got {got}")
+    check_tensor("hard_attend", "weights", weights, kind="float", dim=2, names="(B, L)")
+    check_tensor("hard_attend", "values", values, shape=(*weights.shape, None),
+                 names=f"(B, L, D) with (B, L) = {tuple(weights.shape)}")
     index, log_prob = sample_location(weights, mask, generator=generator)
     context = values[torch.arange(len(index), device=values.device), index]  # (B, D)
     return context, index, log_prob
@@ -82,16 +80,15 @@ class MovingAverageBaseline:
     """
 
     def __init__(self, decay: float = 0.9):
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
-            raise ValueError(f"MovingAverageBaseline: decay must be in [0, 1), got {decay!r}")
+        check_number("MovingAverageBaseline", "decay", decay, low=0, high=1, high_open=True)
         self.decay = float(decay)
         self.value: float | torch.Tensor | None = None
 
     def update(self, reward: torch.Tensor, mask: torch.Tensor | None = None) -> float | torch.Tensor:
         """Return the baseline to use for this batch (before seeing it), then update it."""
-        if not isinstance(reward, torch.Tensor) or reward.dim() not in (1, 2) or len(reward) == 0:
-            got = tuple(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
-            raise ValueError(f"MovingAverageBaseline.update: reward must be a (B,) or (B, T) tensor, got {got}")
+        check_tensor("MovingAverageBaseline.update", "reward", reward, kind="float", dim=(1, 2), names="(B,) or (B, T)")
+        if len(reward) == 0:
+            raise ValueError("MovingAverageBaseline.update: reward must hold at least one row, got an empty batch")
         reward = reward.detach()
         current: float | torch.Tensor
         if reward.dim() == 1:
@@ -99,11 +96,9 @@ class MovingAverageBaseline:
         else:
             if mask is None:
                 mask = torch.ones_like(reward, dtype=torch.bool)
-            if not isinstance(mask, torch.Tensor) or mask.shape != reward.shape or mask.dtype != torch.bool:
-                raise ValueError(f"MovingAverageBaseline.update: mask must be a boolean tensor of shape "
-                                 f"{tuple(reward.shape)}")
+            check_tensor("MovingAverageBaseline.update", "mask", mask, kind="bool", shape=tuple(reward.shape))
             current = (reward * mask).sum(0) / mask.sum(0).clamp_min(1)  # (T,)
-            if self.value is not None and (not isinstance(self.value, torch.Tensor) or self.value.shape != current.shape):
+            if self.value is not None and getattr(self.value, "shape", ()) != current.shape:  # a float has no shape
                 raise ValueError("MovingAverageBaseline.update: reward changed shape since the last batch")
         used = current if self.value is None else self.value
         self.value = current if self.value is None else self.decay * self.value + (1 - self.decay) * current
@@ -121,12 +116,12 @@ def reinforce_loss(
     Shapes: ``(B,)`` (one decision per row), or ``(B, T)`` (one per step, with the reward counted
     from that step on); ``mask`` (same shape, boolean) drops padded steps from both means.
     """
-    if not isinstance(log_prob, torch.Tensor) or not isinstance(reward, torch.Tensor) or log_prob.shape != reward.shape:
-        raise ValueError("reinforce_loss: log_prob and reward must be tensors of the same shape, (B,) or (B, T)")
+    check_tensor("reinforce_loss", "log_prob", log_prob, kind="float", dim=(1, 2), names="(B,) or (B, T)")
+    check_tensor("reinforce_loss", "reward", reward, kind="float", shape=tuple(log_prob.shape),
+                 names=f"{tuple(log_prob.shape)} (that of log_prob)")
     if mask is None:
         mask = torch.ones_like(log_prob, dtype=torch.bool)
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != log_prob.shape:
-        raise ValueError(f"reinforce_loss: mask must be a boolean tensor of shape {tuple(log_prob.shape)}")
+    check_tensor("reinforce_loss", "mask", mask, kind="bool", shape=tuple(log_prob.shape))
     count = mask.sum().clamp_min(1)
     loss = -((reward.detach() - baseline) * log_prob * mask).sum() / count
     if entropy_weight:

@@ -25,20 +25,15 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention.masking import masked_softmax
+from attnlab.validation import check_int, check_tensor
 
 __all__ = ["band_mask", "band_to_dense", "banded_attention", "local_attention", "window_to_dense"]
 
 
-def _check_window(name: str, window: int) -> None:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ValueError(f"{name}: window must be a non-negative int, got {window!r}")
-
-
 def band_mask(n: int, window: int, *, causal: bool = False, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean ``(n, n)`` mask, True where ``|i - j| <= window`` (and ``j <= i`` if ``causal``)."""
-    _check_window("band_mask", window)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"band_mask: n must be a positive int, got {n!r}")
+    check_int("band_mask", "n", n)
+    check_int("band_mask", "window", window, low=0)
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     mask = (i - j).abs() <= window
@@ -68,16 +63,13 @@ def banded_attention(
         column ``r + o`` holds the weight of key ``i + o`` for query ``i``.
 
     Raises:
-        TypeError / ValueError: the tensors are not floating, their shapes do not match, or the
-        window or chunk size is not valid.
+        TypeError: a tensor is not floating, or the window or chunk size is not an int.
+        ValueError: the shapes do not match, or the window or chunk size is out of range.
     """
-    _check_window("banded_attention", window)
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"banded_attention: chunk_size must be a positive int or None, got {chunk_size!r}")
+    check_int("banded_attention", "window", window, low=0)
+    check_int("banded_attention", "chunk_size", chunk_size, none=True)
     for arg, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.dim() < 2:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"banded_attention: {arg} must be a floating tensor (..., N, features), got {got}")
+        check_tensor("banded_attention", arg, t, kind="float", dim=range(2, 9), names="(..., N, features)")
     if query.shape[:-1] != key.shape[:-1] or key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1]:
         raise ValueError(
             "banded_attention: self-attention needs query (..., N, E), key (..., N, E), value (..., N, Ev); got "
@@ -114,10 +106,10 @@ def banded_attention(
 
 def band_to_dense(weights: torch.Tensor, window: int) -> torch.Tensor:
     """Banded weights ``(..., N, 2r + 1)`` as the full ``(..., N, N)`` matrix (zeros off the band)."""
-    _check_window("band_to_dense", window)
-    if not isinstance(weights, torch.Tensor) or weights.dim() < 2 or weights.shape[-1] != 2 * window + 1:
-        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-        raise ValueError(f"band_to_dense: weights must have shape (..., N, {2 * window + 1}), got {got}")
+    check_int("band_to_dense", "window", window, low=0)
+    check_tensor("band_to_dense", "weights", weights)
+    if weights.dim() < 2 or weights.shape[-1] != 2 * window + 1:
+        raise ValueError(f"band_to_dense: weights must have shape (..., N, {2 * window + 1}), got {tuple(weights.shape)}")
     n = weights.shape[-2]
     dense = weights.new_zeros(*weights.shape[:-1], n + 2 * window)  # (..., N, N + 2r)
     rows = torch.arange(n, device=weights.device)[:, None]
@@ -164,12 +156,9 @@ def local_attention(
         (``window_to_dense`` spreads the weights over all ``S`` positions, for plots).
     """
     name = "local_attention"
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"{name}: window must be a positive int (D, half the window), got {window!r}")
+    check_int(name, "window", window)  # D, half the window
     for arg, t, dims in (("query", query, 3), ("keys", keys, 3), ("values", values, 3), ("centres", centres, 2)):
-        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.dim() != dims:
-            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name}: {arg} must be a floating {dims}-D tensor, got {got}")
+        check_tensor(name, arg, t, kind="float", dim=dims)
     B, T, S = query.shape[0], query.shape[1], keys.shape[1]
     if keys.shape[0] != B or values.shape[:2] != keys.shape[:2] or centres.shape != (B, T):
         raise ValueError(
@@ -178,9 +167,8 @@ def local_attention(
         )
     if lengths is None:
         lengths = torch.full((B,), S, device=keys.device)
-    elif not isinstance(lengths, torch.Tensor) or lengths.shape != (B,):
-        got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
-        raise ValueError(f"{name}: lengths must have shape ({B},), got {got}")
+    else:
+        check_tensor(name, "lengths", lengths, shape=(B,))
     # listing: window
     W = 2 * window + 1
     offsets = torch.arange(-window, window + 1, device=keys.device)  # (W,)
@@ -202,10 +190,10 @@ def local_attention(
 
 def window_to_dense(weights: torch.Tensor, positions: torch.Tensor, source_length: int) -> torch.Tensor:
     """Window weights ``(B, T, W)`` at ``positions`` as ``(B, T, S)`` (zeros outside the window)."""
-    if not isinstance(weights, torch.Tensor) or not isinstance(positions, torch.Tensor) or weights.shape != positions.shape:
-        raise ValueError("window_to_dense: weights and positions must be tensors of the same shape (B, T, W)")
-    if isinstance(source_length, bool) or not isinstance(source_length, int) or source_length < 1:
-        raise ValueError(f"window_to_dense: source_length must be a positive int, got {source_length!r}")
+    check_tensor("window_to_dense", "weights", weights)
+    check_tensor("window_to_dense", "positions", positions, kind="integer", shape=tuple(weights.shape),
+                 names=f"{tuple(weights.shape)} (that of weights)")
+    check_int("window_to_dense", "source_length", source_length)
     inside = (positions >= 0) & (positions < source_length)
     dense = weights.new_zeros(*weights.shape[:-1], source_length)
     return dense.scatter_add(-1, positions.clamp(0, source_length - 1), weights * inside)

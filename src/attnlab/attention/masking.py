@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.validation import check_int, check_ints, check_tensor
+
 __all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask", "to_float_mask"]
 
 
@@ -38,14 +40,11 @@ def causal_mask(
         returns: ``(L, S)``, dtype ``torch.bool``; ``True`` = takes part.
 
     Raises:
-        TypeError / ValueError: a length is not a positive integer, or ``align`` is unknown.
+        TypeError: a length is not an int.
+        ValueError: a length is below 1, or ``align`` is unknown.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"causal_mask: {name} must be an int, got {type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"causal_mask: {name} must be at least 1, got {value}")
+    check_ints("causal_mask", num_queries=num_queries, num_keys=num_keys)
     if align not in ("top-left", "bottom-right"):
         raise ValueError(f"causal_mask: align must be 'top-left' or 'bottom-right', got {align!r}")
     offset = 0 if align == "top-left" else num_keys - num_queries
@@ -61,9 +60,7 @@ def to_float_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> tor
     Raises:
         TypeError: ``mask`` is not boolean, or ``dtype`` is not a floating dtype.
     """
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"to_float_mask: mask must be a boolean tensor (True = takes part), got {got}")
+    check_tensor("to_float_mask", "mask", mask, kind="bool", note="True = takes part")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"to_float_mask: dtype must be a floating torch.dtype, got {dtype!r}")
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
@@ -84,18 +81,14 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
         TypeError: ``lengths`` is not an integer tensor.
         ValueError: ``lengths`` is not 1-D, holds a negative length, or one above ``max_len``.
     """
-    if not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-        got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
-        raise TypeError(f"padding_mask: lengths must be an integer tensor of shape (B,), got {got}")
-    if lengths.dim() != 1:
-        raise ValueError(f"padding_mask: lengths must have shape (B,), got {tuple(lengths.shape)}")
+    check_tensor("padding_mask", "lengths", lengths, kind="integer", shape=(None,), names="(B,)")
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"padding_mask: lengths must be non-negative, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
-    elif isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
-        raise ValueError(f"padding_mask: max_len must be an int >= the largest length {longest}, got {max_len!r}")
+    else:
+        check_int("padding_mask", "max_len", max_len, low=longest, note="the largest length")
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     mask = positions[None, :] < lengths[:, None]  # (B, 1) vs (1, S) -> (B, S)
     return mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
@@ -116,19 +109,13 @@ def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
         TypeError: ``key_padding_mask`` is not a boolean tensor.
         ValueError: ``key_padding_mask`` is not 2-D.
     """
-    if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
-        got = key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__
-        raise TypeError(f"from_key_padding_mask: key_padding_mask must be a boolean tensor (True = ignore), got {got}")
-    if key_padding_mask.dim() != 2:
-        raise ValueError(
-            f"from_key_padding_mask: key_padding_mask must have shape (B, S), got {tuple(key_padding_mask.shape)}"
-        )
+    check_tensor("from_key_padding_mask", "key_padding_mask", key_padding_mask, kind="bool", dim=2, names="(B, S)",
+                 note="True = ignore")
     return ~key_padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S), True = takes part
 
 
 def _check_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"masked_softmax: mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    check_tensor("masked_softmax", "mask", mask)
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise TypeError(
             f"masked_softmax: mask must be boolean (True = takes part) or floating (added to the scores), "
@@ -171,11 +158,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
         TypeError: ``scores`` is not a floating tensor, or ``mask`` has the wrong type.
         ValueError: ``mask`` does not broadcast to ``scores``, or ``dim`` is out of range.
     """
-    if not isinstance(scores, torch.Tensor) or not scores.dtype.is_floating_point:
-        got = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
-        raise TypeError(f"masked_softmax: scores must be a floating-point tensor, got {got}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -scores.dim() <= dim < max(scores.dim(), 1):
-        raise ValueError(f"masked_softmax: dim must be an int in [{-scores.dim()}, {scores.dim()}), got {dim!r}")
+    check_tensor("masked_softmax", "scores", scores, kind="float")
+    check_int("masked_softmax", "dim", dim, low=-scores.dim(), high=max(scores.dim(), 1) - 1)
     # listing: mask
     if mask is not None:
         _check_mask(scores, mask)

@@ -21,6 +21,7 @@ from torch import nn
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, to_float_mask
+from attnlab.validation import check_choice, check_int, check_ints, check_number, check_tensor
 
 __all__ = ["MultiHeadAttention", "copy_from_torch"]
 
@@ -51,19 +52,17 @@ class MultiHeadAttention(nn.Module):
         backend: str = "fast",
     ):
         super().__init__()
-        for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MultiHeadAttention: {name} must be a positive int, got {value!r}")
+        check_ints("MultiHeadAttention", embed_dim=embed_dim, num_heads=num_heads)
+        check_int("MultiHeadAttention", "kdim", kdim, none=True)
+        check_int("MultiHeadAttention", "vdim", vdim, none=True)
         if embed_dim % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
             )
         if batch_first is not True:
             raise ValueError("MultiHeadAttention: only batch_first=True is supported; pass tensors as (B, L, D)")
-        if backend not in BACKENDS:
-            raise ValueError(f"MultiHeadAttention: backend must be one of {BACKENDS}, got {backend!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1), got {dropout!r}")
+        check_choice("MultiHeadAttention", "backend", backend, BACKENDS)
+        check_number("MultiHeadAttention", "dropout", dropout, low=0, high=1, high_open=True)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.dropout, self.backend = dropout, backend
@@ -78,9 +77,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t, size in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != size:
-                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"MultiHeadAttention: {name} must have shape (B, N, {size}), got {got}")
+            check_tensor("MultiHeadAttention", name, t, kind="float", shape=(None, None, size), names=f"(B, N, {size})")
         if not (query.shape[0] == key.shape[0] == value.shape[0]) or key.shape[1] != value.shape[1]:
             raise ValueError(
                 "MultiHeadAttention: query, key and value must share B, and key and value must share S; got "
@@ -111,18 +108,25 @@ class MultiHeadAttention(nn.Module):
             causal = causal_mask(L, S, device=query.device)
             mask = causal if mask is None else _combine(mask, causal)
         if key_padding_mask is not None:
-            if key_padding_mask.shape != (key.shape[0], S):
-                raise ValueError(
-                    f"MultiHeadAttention: key_padding_mask must have shape ({key.shape[0]}, {S}), "
-                    f"got {tuple(key_padding_mask.shape)}"
-                )
+            check_tensor("MultiHeadAttention", "key_padding_mask", key_padding_mask, kind="bool",
+                         shape=(key.shape[0], S), note="True = padding")
             padding = from_key_padding_mask(key_padding_mask)  # (B, S), True = ignore -> (B, 1, 1, S)
             mask = padding if mask is None else _combine(mask, padding)
         # listing: project
-        q = self._split(self.q_proj(query))  # (B, L, D) -> (B, H, L, E)
+        q = self.project_q(query)  # (B, L, D) -> (B, H, L, E)
         k, v = self.project_kv(key, value)  # (B, H, S, E) each
         return self.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=average_attn_weights)
         # end listing: project
+
+    def project_q(self, query: torch.Tensor) -> torch.Tensor:
+        """Queries projected and split into heads: ``(B, L, D) -> (B, H, L, E)``.
+
+        With ``project_kv`` and ``attend``, the three steps of ``forward``, public so that a decoder
+        layer can put a cache between them (chapter 6).
+        """
+        # listing: project-q
+        return self._split(self.q_proj(query))  # (B, L, D) -> (B, H, L, E)
+        # end listing: project-q
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values projected and split into heads: ``(B, S, kdim/vdim) -> (B, H, S, E)``.

@@ -17,13 +17,9 @@ import math
 import torch
 from torch import nn
 
+from attnlab.validation import check_int, check_ints
+
 __all__ = ["LearnedPositionalEmbedding", "relative_rotation", "sinusoidal_encoding"]
-
-
-def _check_sizes(name: str, **sizes: int) -> None:
-    for key, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
 
 
 def _frequencies(d_model: int, base: float, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
@@ -41,9 +37,10 @@ def sinusoidal_encoding(
     as a buffer takes it along when it moves.
 
     Raises:
-        ValueError: a size is not a positive int, or ``d_model`` is odd.
+        TypeError: a size is not an int.
+        ValueError: a size is below 1, or ``d_model`` is odd.
     """
-    _check_sizes("sinusoidal_encoding", max_len=max_len, d_model=d_model)
+    check_ints("sinusoidal_encoding", max_len=max_len, d_model=d_model)
     if d_model % 2:
         raise ValueError(f"sinusoidal_encoding: d_model must be even (sin/cos pairs), got {d_model}")
     positions = torch.arange(max_len, dtype=dtype, device=device)[:, None]  # (max_len, 1)
@@ -64,9 +61,8 @@ def relative_rotation(
     sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw); cos((p+k)w) = -sin(kw) sin(pw) + cos(kw) cos(pw).
     Made on ``device`` (the CPU when ``None``), like ``sinusoidal_encoding``.
     """
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ValueError(f"relative_rotation: offset must be an int, got {offset!r}")
-    _check_sizes("relative_rotation", d_model=d_model)
+    check_int("relative_rotation", "offset", offset, low=None)
+    check_int("relative_rotation", "d_model", d_model)
     if d_model % 2:
         raise ValueError(f"relative_rotation: d_model must be even, got {d_model}")
     angles = offset * _frequencies(d_model, base, dtype, device)  # (d/2,)
@@ -86,7 +82,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        _check_sizes("LearnedPositionalEmbedding", max_len=max_len, d_model=d_model)
+        check_ints("LearnedPositionalEmbedding", max_len=max_len, d_model=d_model)
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)

@@ -21,6 +21,8 @@ import math
 import torch
 from torch import nn
 
+from attnlab.validation import check_ints, check_number, check_tensor
+
 __all__ = [
     "SCORES",
     "AdditiveScore",
@@ -43,19 +45,13 @@ class Score(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
-        for name, value in (("query_dim", query_dim), ("key_dim", key_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {value!r}")
+        check_ints(type(self).__name__, query_dim=query_dim, key_dim=key_dim)
         self.query_dim, self.key_dim = query_dim, key_dim
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         name = type(self).__name__
-        if not isinstance(query, torch.Tensor) or query.dim() != 3 or query.shape[-1] != self.query_dim:
-            got = tuple(query.shape) if isinstance(query, torch.Tensor) else type(query).__name__
-            raise ValueError(f"{name}: query must have shape (B, L, {self.query_dim}), got {got}")
-        if not isinstance(keys, torch.Tensor) or keys.dim() != 3 or keys.shape[-1] != self.key_dim:
-            got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
-            raise ValueError(f"{name}: keys must have shape (B, S, {self.key_dim}), got {got}")
+        check_tensor(name, "query", query, shape=(None, None, self.query_dim), names=f"(B, L, {self.query_dim})")
+        check_tensor(name, "keys", keys, shape=(None, None, self.key_dim), names=f"(B, S, {self.key_dim})")
         if query.shape[0] != keys.shape[0]:
             raise ValueError(f"{name}: query and keys must have the same batch size, got {query.shape[0]} and {keys.shape[0]}")
         return self._score(query, keys)
@@ -97,8 +93,7 @@ class CosineScore(DotScore):
 
     def __init__(self, query_dim: int, key_dim: int | None = None, scale: float = 10.0):
         super().__init__(query_dim, key_dim)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
-            raise ValueError(f"CosineScore: scale must be a positive number, got {scale!r}")
+        check_number("CosineScore", "scale", scale, low=0, low_open=True)
         self.scale = float(scale)
 
     def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

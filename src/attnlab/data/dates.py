@@ -12,6 +12,8 @@ import datetime as dt
 import random
 from collections.abc import Callable, Sequence
 
+from attnlab.validation import check_int
+
 __all__ = ["DATE_FORMATS", "FIRST_DAY", "LAST_DAY", "date_spans", "detect_format", "format_date", "make_date_pairs"]
 
 FIRST_DAY = dt.date(1950, 1, 1)
@@ -116,14 +118,6 @@ def detect_format(source: str, target: str) -> str:
     raise ValueError(f"detect_format: {source!r} is not {target} in any known format")
 
 
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"make_date_pairs: {name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"make_date_pairs: {name} must be non-negative, got {value}")
-    return value
-
-
 def make_date_pairs(
     n_train: int = 45_000,
     n_test: int = 5_000,
@@ -149,10 +143,11 @@ def make_date_pairs(
         ``(train, test)``: two lists of ``(source, target)`` string pairs.
 
     Raises:
-        TypeError / ValueError: a count is not a non-negative int, a format is unknown, or the
-        fraction is outside (0, 1).
+        TypeError: a count is not an int.
+        ValueError: a count is negative, a format is unknown, or the fraction is outside (0, 1).
     """
-    n_train, n_test = _check_count("n_train", n_train), _check_count("n_test", n_test)
+    check_int("make_date_pairs", "n_train", n_train, low=0)
+    check_int("make_date_pairs", "n_test", n_test, low=0)
     formats = list(DATE_FORMATS) if formats is None else list(formats)
     if not formats:
         raise ValueError("make_date_pairs: formats must name at least one format")

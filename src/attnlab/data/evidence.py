@@ -15,15 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.validation import check_int, check_ints
+
 __all__ = ["DocumentTask", "EvidenceTask", "make_document_task", "make_evidence_task"]
-
-
-def _check_ints(name: str, **values: int) -> None:
-    for arg, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
-        if value < 1 and arg != "seed":
-            raise ValueError(f"{name}: {arg} must be positive, got {value}")
 
 
 @dataclass(frozen=True)
@@ -47,8 +41,8 @@ def make_evidence_task(
     The label is the number whose digits, in base ``n_values``, are the values of types
     ``0 .. n_types - 1``: ``num_classes = n_values ** n_types``, and no type alone decides it.
     """
-    _check_ints("make_evidence_task", n=n, length=length, n_types=n_types, n_values=n_values, n_noise=n_noise,
-                seed=seed)
+    check_ints("make_evidence_task", n=n, length=length, n_types=n_types, n_values=n_values, n_noise=n_noise)
+    check_int("make_evidence_task", "seed", seed, low=None)
     if length < n_types:
         raise ValueError(f"make_evidence_task: length must be at least n_types = {n_types}, got {length}")
     g = torch.Generator().manual_seed(seed)
@@ -85,8 +79,8 @@ def make_document_task(
     label word, of a random class, but no marker: a model that counts label words is wrong, one
     that finds the marked sentence is right.
     """
-    _check_ints("make_document_task", n=n, sentences=sentences, words=words, num_classes=num_classes,
-                n_noise=n_noise, seed=seed)
+    check_ints("make_document_task", n=n, sentences=sentences, words=words, num_classes=num_classes, n_noise=n_noise)
+    check_int("make_document_task", "seed", seed, low=None)
     if words < 2:
         raise ValueError(f"make_document_task: words must be at least 2 (marker and label), got {words}")
     g = torch.Generator().manual_seed(seed)

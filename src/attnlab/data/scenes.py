@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.validation import check_int, check_number
+
 __all__ = ["COLOURS", "SCENE_WORDS", "SHAPES", "SceneTask", "caption_text", "make_scene_splits", "make_scenes"]
 
 COLOURS: dict[str, tuple[float, float, float]] = {
@@ -70,14 +72,6 @@ def caption_text(tokens: torch.Tensor | list[int]) -> str:
     return " ".join(words)
 
 
-def _check_int(name: str, arg: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name}: {arg} must be at least {low}, got {value}")
-    return value
-
-
 def _draw(kind: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor, r: torch.Tensor, size: int) -> torch.Tensor:
     """Masks ``(n, size, size)`` of one shape per row: ``kind`` indexes ``SHAPES``; centre and
     half-size in pixels."""
@@ -106,17 +100,16 @@ def make_scenes(
     the image clipped to [0, 1]. The caption reads the cells row by row, left to right.
     """
     name = "make_scenes"
-    _check_int(name, "n", n, 1)
-    _check_int(name, "grid", grid, 1)
-    _check_int(name, "min_objects", min_objects, 1)
-    _check_int(name, "max_objects", max_objects, min_objects)
-    _check_int(name, "seed", seed, 0)
-    if _check_int(name, "image_size", image_size, 8) % grid:
+    check_int(name, "n", n)
+    check_int(name, "grid", grid)
+    check_int(name, "min_objects", min_objects)
+    check_int(name, "max_objects", max_objects, low=min_objects, note="min_objects")
+    check_int(name, "seed", seed, low=0)
+    if check_int(name, "image_size", image_size, low=8) % grid:
         raise ValueError(f"{name}: image_size must be a multiple of grid = {grid}, got {image_size}")
     if max_objects > grid * grid:
         raise ValueError(f"{name}: max_objects must be at most grid**2 = {grid * grid}, got {max_objects}")
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or noise < 0:
-        raise ValueError(f"{name}: noise must be a non-negative number, got {noise!r}")
+    check_number(name, "noise", noise, low=0)
     g = torch.Generator().manual_seed(seed)
     cell = image_size / grid
     counts = torch.randint(min_objects, max_objects + 1, (n,), generator=g)  # (n,)
@@ -168,8 +161,8 @@ def make_scene_splits(
     cells (position jitter, size and noise aside); held-out scenes that also occur in the
     training set are dropped and replaced. ``options`` go to ``make_scenes``.
     """
-    _check_int("make_scene_splits", "n_train", n_train, 1)
-    _check_int("make_scene_splits", "n_test", n_test, 1)
+    check_int("make_scene_splits", "n_train", n_train)
+    check_int("make_scene_splits", "n_test", n_test)
     train = make_scenes(n_train, seed=seed, **options)  # type: ignore[arg-type]
     seen = {_signature(train, i) for i in range(len(train))}
     kept: list[SceneTask] = []

@@ -13,6 +13,8 @@ import string
 
 import torch
 
+from attnlab.validation import check_choice, check_int, check_int_sequence, check_ints
+
 __all__ = ["LENGTH_DISTRIBUTIONS", "TASKS", "make_neighbour_task", "make_sequence_pairs"]
 
 TASKS = ("copy", "reverse")
@@ -36,22 +38,17 @@ def make_sequence_pairs(
     target is the source itself (copy) or the source reversed (reverse).
 
     Raises:
-        TypeError / ValueError: an unknown task, a length below 1, ``min_len > max_len``, or
-        ``n_symbols`` outside [2, 26].
+        TypeError: a count or length is not an int.
+        ValueError: an unknown task, a length below 1, ``min_len > max_len``, or ``n_symbols``
+        outside [2, 26].
     """
-    if task not in TASKS:
-        raise ValueError(f"make_sequence_pairs: task must be one of {TASKS}, got {task!r}")
-    for name, value in (("n", n), ("min_len", min_len), ("max_len", max_len), ("n_symbols", n_symbols)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"make_sequence_pairs: {name} must be an int, got {type(value).__name__}")
-    if n < 0:
-        raise ValueError(f"make_sequence_pairs: n must be non-negative, got {n}")
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"make_sequence_pairs: need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    if not 2 <= n_symbols <= 26:
-        raise ValueError(f"make_sequence_pairs: n_symbols must be in [2, 26], got {n_symbols}")
-    if lengths not in LENGTH_DISTRIBUTIONS:
-        raise ValueError(f"make_sequence_pairs: lengths must be one of {LENGTH_DISTRIBUTIONS}, got {lengths!r}")
+    name = "make_sequence_pairs"
+    check_choice(name, "task", task, TASKS)
+    check_int(name, "n", n, low=0)
+    check_int(name, "min_len", min_len)
+    check_int(name, "max_len", max_len, low=min_len, note="min_len")
+    check_int(name, "n_symbols", n_symbols, low=2, high=26)
+    check_choice(name, "lengths", lengths, LENGTH_DISTRIBUTIONS)
     symbols = string.ascii_lowercase[:n_symbols]
     rng = random.Random(seed)
     choices = range(min_len, max_len + 1)
@@ -85,19 +82,12 @@ def make_neighbour_task(
         ``(n, length, len(offsets))``.
 
     Raises:
-        TypeError / ValueError: a count is not a positive int, ``offsets`` is empty or holds a
-        non-int.
+        TypeError: a count is not an int, or ``offsets`` is not a tuple or list of ints.
+        ValueError: a count is below 1, or ``offsets`` is empty.
     """
-    for name, value in (("n", n), ("length", length), ("n_symbols", n_symbols), ("seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"make_neighbour_task: {name} must be an int, got {type(value).__name__}")
-    for name, value in (("n", n), ("length", length), ("n_symbols", n_symbols)):
-        if value < 1:
-            raise ValueError(f"make_neighbour_task: {name} must be positive, got {value}")
-    if not isinstance(offsets, (tuple, list)) or not offsets or not all(
-        isinstance(o, int) and not isinstance(o, bool) for o in offsets
-    ):
-        raise ValueError(f"make_neighbour_task: offsets must be a non-empty tuple of ints, got {offsets!r}")
+    check_ints("make_neighbour_task", n=n, length=length, n_symbols=n_symbols)
+    check_int("make_neighbour_task", "seed", seed, low=None)
+    check_int_sequence("make_neighbour_task", "offsets", offsets, low=None, types=(tuple, list))
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, n_symbols, (n, length), generator=generator)  # (n, length)
     positions = torch.arange(length)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.validation import describe
+
 __all__ = ["Batch", "CharVocab", "make_batch"]
 
 
@@ -27,7 +29,9 @@ class CharVocab:
     def __init__(self, characters: Iterable[str]):
         chars = sorted(set(characters))
         for c in chars:
-            if not isinstance(c, str) or len(c) != 1:
+            if not isinstance(c, str):
+                raise TypeError(f"CharVocab: characters must be single-character strings, got {describe(c)}")
+            if len(c) != 1:
                 raise ValueError(f"CharVocab: characters must be single-character strings, got {c!r}")
         self.itos: list[str] = [*self.SPECIALS, *chars]
         self.stoi: dict[str, int] = {c: i for i, c in enumerate(self.itos)}

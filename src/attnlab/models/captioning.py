@@ -25,6 +25,7 @@ from torch import nn
 from attnlab.attention.hard import attention_entropy, hard_attend
 from attnlab.attention.scoring import AdditiveScore
 from attnlab.data.scenes import SCENE_WORDS, START
+from attnlab.validation import check_int, check_int_sequence, check_number, check_tensor
 
 __all__ = ["CaptionOutput", "Captioner", "CaptionerConfig", "ConvEncoder", "HardCaptioner", "SoftCaptioner",
            "region_cells"]
@@ -53,13 +54,8 @@ class CaptionerConfig:
 
     def __post_init__(self) -> None:
         for name in ("image_size", "grid", "vocab_size", "embed_dim", "hidden_dim", "attention_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"CaptionerConfig: {name} must be a positive int, got {value!r}")
-        if not isinstance(self.channels, tuple) or not self.channels or not all(
-            isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in self.channels
-        ):
-            raise ValueError(f"CaptionerConfig: channels must be a non-empty tuple of positive ints, got {self.channels!r}")
+            check_int("CaptionerConfig", name, getattr(self, name))
+        check_int_sequence("CaptionerConfig", "channels", self.channels)
         side = self.image_size / 2 ** (len(self.channels) - 1)
         if side != int(side) or int(side) % self.grid:
             raise ValueError(f"CaptionerConfig: image_size / 2**(len(channels) - 1) = {side:g} must be a multiple of "
@@ -99,9 +95,8 @@ class ConvEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         size = self.config.image_size
-        if not isinstance(images, torch.Tensor) or not images.dtype.is_floating_point or images.shape[1:] != (3, size, size):
-            got = f"{images.dtype} {tuple(images.shape)}" if isinstance(images, torch.Tensor) else type(images).__name__
-            raise ValueError(f"ConvEncoder: images must be a floating tensor of shape (B, 3, {size}, {size}), got {got}")
+        check_tensor("ConvEncoder", "images", images, kind="float", shape=(None, 3, size, size),
+                     names=f"(B, 3, {size}, {size})")
         features = self.cnn(images)  # (B, D, grid, grid)
         return features.flatten(2).transpose(1, 2) + self.position  # (B, D, L) -> (B, L, D)
 
@@ -184,12 +179,12 @@ class Captioner(nn.Module):
         self, images: torch.Tensor, captions_in: torch.Tensor, *, generator: torch.Generator | None = None
     ) -> CaptionOutput:
         """Teacher forcing: ``captions_in (B, T)`` starts with ``<start>`` (``shift_captions``)."""
-        if not isinstance(captions_in, torch.Tensor) or captions_in.dtype != torch.long or captions_in.dim() != 2:
-            got = f"{captions_in.dtype} {tuple(captions_in.shape)}" if isinstance(captions_in, torch.Tensor) else type(
-                captions_in).__name__
-            raise ValueError(f"{type(self).__name__}: captions_in must be a (B, T) long tensor, got {got}")
-        if not isinstance(images, torch.Tensor) or len(images) != len(captions_in):
-            raise ValueError(f"{type(self).__name__}: images and captions_in must have the same batch size")
+        name = type(self).__name__
+        check_tensor(name, "captions_in", captions_in, kind="long", dim=2, names="(B, T)")
+        check_tensor(name, "images", images, kind="float")
+        if len(images) != len(captions_in):
+            raise ValueError(f"{name}: images and captions_in must have the same batch size, got {len(images)} and "
+                             f"{len(captions_in)}")
         annotations, state = self._start(images)
         logits, weights, locations, log_probs = [], [], [], []
         for t in range(captions_in.shape[1]):
@@ -206,8 +201,7 @@ class Captioner(nn.Module):
     @torch.no_grad()
     def generate(self, images: torch.Tensor, max_len: int = 9, *, generator: torch.Generator | None = None) -> CaptionOutput:
         """Greedy captions of ``max_len`` words (``<end>`` and what follows it included)."""
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"{type(self).__name__}.generate: max_len must be a positive int, got {max_len!r}")
+        check_int(f"{type(self).__name__}.generate", "max_len", max_len)
         annotations, state = self._start(images)
         word = torch.full((len(images),), START, dtype=torch.long, device=annotations.device)
         logits, weights, locations, tokens = [], [], [], []
@@ -244,8 +238,7 @@ class HardCaptioner(Captioner):
 
     def __init__(self, config: CaptionerConfig | None = None, expected_prob: float = 0.0):
         super().__init__(config)
-        if isinstance(expected_prob, bool) or not isinstance(expected_prob, (int, float)) or not 0 <= expected_prob <= 1:
-            raise ValueError(f"HardCaptioner: expected_prob must be in [0, 1], got {expected_prob!r}")
+        check_number("HardCaptioner", "expected_prob", expected_prob, low=0, high=1)
         self.expected_prob = float(expected_prob)
 
     def attend(
@@ -265,8 +258,7 @@ class HardCaptioner(Captioner):
 
 def region_cells(config: CaptionerConfig, grid: int) -> torch.Tensor:
     """Layout cell (of a ``grid x grid`` scene layout) that holds the centre of each region, ``(L,)``."""
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
-        raise ValueError(f"region_cells: grid must be a positive int, got {grid!r}")
+    check_int("region_cells", "grid", grid)
     side = config.grid
     centre = (torch.arange(side) + 0.5) * grid // side  # region row/column -> layout row/column
     return (centre[:, None] * grid + centre[None, :]).flatten().long()  # (side, side) -> (L,)

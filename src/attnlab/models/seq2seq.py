@@ -23,6 +23,7 @@ from attnlab.attention.local import local_attention, window_to_dense
 from attnlab.attention.masking import masked_softmax
 from attnlab.attention.scoring import SCORES, make_score
 from attnlab.data.vocab import CharVocab
+from attnlab.validation import check_choice, check_int, check_ints, check_tensor
 
 __all__ = [
     "AttentionDecoder",
@@ -71,16 +72,12 @@ class Seq2SeqConfig:
     peeky: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Seq2SeqConfig: {name} must be a positive int, got {value!r}")
+        check_ints("Seq2SeqConfig", src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
+                   embed_dim=self.embed_dim, hidden_dim=self.hidden_dim)
         if self.src_vocab_size < 4 or self.tgt_vocab_size < 4:
             raise ValueError("Seq2SeqConfig: a vocabulary needs the 3 special tokens and at least one character")
-        if self.cell not in CELLS:
-            raise ValueError(f"Seq2SeqConfig: cell must be one of {tuple(CELLS)}, got {self.cell!r}")
-        if self.context not in CONTEXTS:
-            raise ValueError(f"Seq2SeqConfig: context must be one of {CONTEXTS}, got {self.context!r}")
+        check_choice("Seq2SeqConfig", "cell", self.cell, tuple(CELLS))
+        check_choice("Seq2SeqConfig", "context", self.context, CONTEXTS)
 
     @property
     def encoder_dim(self) -> int:
@@ -319,10 +316,17 @@ class LuongDecoder(AttentionDecoder):
 
 @dataclass
 class LocalState:
-    """A local decoder's state: the recurrent state and the number of target steps taken so far."""
+    """A local decoder's state: the recurrent state, the number of target steps taken so far, and
+    the window centres ``p_t`` of the steps of the call that returned it, ``(B, T)`` (``None``
+    before the first step).
+
+    The centres travel in the returned state, not on the module: a model that stored them would
+    give a plot the centres of whichever call ran last.
+    """
 
     rnn: State
     step: int
+    centres: torch.Tensor | None = None
 
 
 class PositionPredictor(nn.Module):
@@ -351,8 +355,8 @@ class LuongLocalDecoder(LuongDecoder):
     and weights the window by a Gaussian of :math:`\sigma = D / 2` around it. The window is
     gathered (``local_attention``), so the attention costs ``O(T D)``, not ``O(T S)``. Everything
     else is ``LuongDecoder``. The weights returned are spread over the ``S`` source positions
-    (zeros outside the window), for plots and alignment measures; ``last_centres`` keeps the
-    centres of the last call.
+    (zeros outside the window), for plots and alignment measures; the returned state holds the
+    centres of the steps just taken (``LocalState.centres``).
 
     Args:
         config: the model's configuration (``peeky`` must be False).
@@ -368,14 +372,11 @@ class LuongLocalDecoder(LuongDecoder):
         self, config: Seq2SeqConfig, mode: str = "local-p", window: int = 4, score: str | None = None,
         attention_dim: int = 64,
     ):
-        if mode not in self.MODES:
-            raise ValueError(f"LuongLocalDecoder: mode must be one of {self.MODES}, got {mode!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"LuongLocalDecoder: window must be a positive int (D), got {window!r}")
+        check_choice("LuongLocalDecoder", "mode", mode, self.MODES)
+        check_int("LuongLocalDecoder", "window", window)  # D, half the window
         super().__init__(config, score, attention_dim)
         self.mode, self.window = mode, window
         self.predictor = PositionPredictor(config.hidden_dim, attention_dim) if mode == "local-p" else None
-        self.last_centres: torch.Tensor | None = None
 
     def init_state(self, memory: EncoderOutput) -> LocalState:
         return LocalState(super().init_state(memory), 0)
@@ -398,10 +399,9 @@ class LuongLocalDecoder(LuongDecoder):
             self.score, h, memory.hs, memory.hs, centres, self.window, lengths=lengths,
             gaussian=self.mode == "local-p",
         )  # (B, T, D), (B, T, W), (B, T, W)
-        self.last_centres = centres.detach()
         attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
         weights = window_to_dense(window_weights, positions, memory.hs.shape[1])  # (B, T, S)
-        return self.out(attentional), LocalState(rnn_state, state.step + T), weights
+        return self.out(attentional), LocalState(rnn_state, state.step + T, centres.detach()), weights
 
 
 class Seq2Seq(nn.Module):
@@ -423,12 +423,8 @@ class Seq2Seq(nn.Module):
     def _check_source(src: torch.Tensor, src_lengths: torch.Tensor) -> torch.Tensor:
         """Check the source; returns ``src_lengths`` on the CPU, where the encoder reads them anyway
         (so the check of their values costs no extra synchronisation)."""
-        if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype != torch.long:
-            got = f"{src.dtype} of shape {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
-            raise ValueError(f"Seq2Seq: src must be a (B, S) tensor of token ids (torch.long), got {got}")
-        if not isinstance(src_lengths, torch.Tensor) or src_lengths.shape != (src.shape[0],):
-            got = tuple(src_lengths.shape) if isinstance(src_lengths, torch.Tensor) else type(src_lengths).__name__
-            raise ValueError(f"Seq2Seq: src_lengths must have shape ({src.shape[0]},), got {got}")
+        check_tensor("Seq2Seq", "src", src, kind="long", dim=2, names="(B, S)", note="token ids")
+        check_tensor("Seq2Seq", "src_lengths", src_lengths, kind="integer", shape=(src.shape[0],))
         lengths = src_lengths.to("cpu", torch.long)  # the encoder's one read of data on the host
         if int(lengths.min()) < 1 or int(lengths.max()) > src.shape[1]:
             raise ValueError(f"Seq2Seq: src_lengths must lie in [1, {src.shape[1]}], got {lengths.tolist()}")
@@ -440,9 +436,7 @@ class Seq2Seq(nn.Module):
         """Teacher forcing: logits ``(B, T, V)`` for every target position, and the attention
         weights ``(B, T, S)`` (``None`` for decoders without attention)."""
         lengths = self._check_source(src, src_lengths)
-        if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
-            got = tuple(tgt_in.shape) if isinstance(tgt_in, torch.Tensor) else type(tgt_in).__name__
-            raise ValueError(f"Seq2Seq: tgt_in must have shape ({src.shape[0]}, T), got {got}")
+        check_tensor("Seq2Seq", "tgt_in", tgt_in, kind="long", shape=(src.shape[0], None), names=f"({src.shape[0]}, T)")
         memory = self.encoder(src, lengths)
         logits, _, weights = self.decoder(tgt_in, self.decoder.init_state(memory), memory)
         return logits, weights
@@ -463,8 +457,7 @@ class Seq2Seq(nn.Module):
             ``(B, T', S)`` or ``None``.
         """
         lengths = self._check_source(src, src_lengths)  # on the CPU: checked again there at no cost
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"Seq2Seq.greedy_decode: max_len must be a positive int, got {max_len!r}")
+        check_int("Seq2Seq.greedy_decode", "max_len", max_len)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         tokens, weights = [], []
         for token, w in self.greedy_steps(src, lengths, max_len):

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attnlab.attention.masking import masked_softmax
+from attnlab.validation import check_int, check_tensor
 
 __all__ = [
     "AttentionPool",
@@ -34,9 +35,7 @@ __all__ = [
 
 
 def _check_hops(name: str, weights: torch.Tensor) -> None:
-    if not isinstance(weights, torch.Tensor) or not weights.dtype.is_floating_point or weights.dim() != 3:
-        got = f"{weights.dtype} {tuple(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
-        raise ValueError(f"{name}: weights must be a floating (B, r, n) tensor of r hops, got {got}")
+    check_tensor(name, "weights", weights, kind="float", dim=3, names="(B, r, n)", note="r hops")
 
 
 def frobenius_penalty(weights: torch.Tensor) -> torch.Tensor:
@@ -69,9 +68,7 @@ def hop_overlap(weights: torch.Tensor) -> torch.Tensor:
 def _check_sizes(config: object) -> None:
     """Every field of a size dataclass must be a positive int."""
     for name in config.__dataclass_fields__:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{type(config).__name__}: {name} must be a positive int, got {value!r}")
+        check_int(type(config).__name__, name, getattr(config, name))
 
 
 class StructuredSelfAttention(nn.Module):
@@ -122,9 +119,7 @@ class StructuredClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``tokens (B, n)`` -> ``logits (B, classes)``, hops ``A (B, r, n)``."""
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-            got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise ValueError(f"StructuredClassifier: tokens must be a (B, n) long tensor, got {got}")
+        check_tensor("StructuredClassifier", "tokens", tokens, kind="long", dim=2, names="(B, n)")
         states, _ = self.rnn(self.embedding(tokens))  # (B, n, 2u)
         M, A = self.attention(states, tokens != 0)  # (B, r, 2u), (B, r, n)
         return self.mlp(M.flatten(1)), A
@@ -179,9 +174,7 @@ class HierarchicalClassifier(nn.Module):
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``tokens (B, S, W)`` -> ``logits (B, classes)``, word weights ``(B, S, W)``, sentence
         weights ``(B, S)``."""
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 3:
-            got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise ValueError(f"HierarchicalClassifier: tokens must be a (B, S, W) long tensor, got {got}")
+        check_tensor("HierarchicalClassifier", "tokens", tokens, kind="long", dim=3, names="(B, S, W)")
         B, S, W = tokens.shape
         words = tokens.reshape(B * S, W)  # every sentence on its own
         states, _ = self.word_rnn(self.embedding(words))  # (B S, W, 2h)

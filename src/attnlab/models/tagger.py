@@ -20,6 +20,7 @@ from torch import nn
 from attnlab.attention.core import BACKENDS
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from attnlab.validation import check_choice, check_int, check_tensor
 
 __all__ = ["POSITIONS", "SelfAttentionTagger", "TaggerConfig"]
 
@@ -46,13 +47,9 @@ class TaggerConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_classes", "num_outputs", "embed_dim", "num_heads", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TaggerConfig: {name} must be a positive int, got {value!r}")
-        if self.positions not in POSITIONS:
-            raise ValueError(f"TaggerConfig: positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"TaggerConfig: backend must be one of {BACKENDS}, got {self.backend!r}")
+            check_int("TaggerConfig", name, getattr(self, name))
+        check_choice("TaggerConfig", "positions", self.positions, POSITIONS)
+        check_choice("TaggerConfig", "backend", self.backend, BACKENDS)
 
 
 class SelfAttentionTagger(nn.Module):
@@ -74,9 +71,7 @@ class SelfAttentionTagger(nn.Module):
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token embeddings plus positions: ``(B, N)`` -> ``(B, N, embed_dim)``."""
         c = self.config
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-            got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"SelfAttentionTagger: tokens must be a long tensor (B, N), got {got}")
+        check_tensor("SelfAttentionTagger", "tokens", tokens, kind="long", dim=2, names="(B, N)")
         if tokens.shape[1] > c.max_len:
             raise ValueError(f"SelfAttentionTagger: sequence length {tokens.shape[1]} exceeds max_len {c.max_len}")
         # The values are checked only on the CPU, where reading them costs no synchronisation; on

@@ -31,6 +31,7 @@ from attnlab.attention.masking import causal_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.vocab import CharVocab
+from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
 __all__ = [
     "DecoderLayer",
@@ -76,23 +77,18 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "dim_feedforward", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TransformerConfig: {name} must be a positive int, got {value!r}")
+            check_int("TransformerConfig", name, getattr(self, name))
         for name in ("num_encoder_layers", "num_decoder_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"TransformerConfig: {name} must be a non-negative int, got {value!r}")
+            check_int("TransformerConfig", name, getattr(self, name), low=0)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"TransformerConfig: d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
             )
         if self.d_model % 2:
             raise ValueError(f"TransformerConfig: d_model must be even (sinusoidal positions), got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig: dropout must be in [0, 1), got {self.dropout!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"TransformerConfig: activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_number("TransformerConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
+        check_number("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, low=0, low_open=True)
+        check_choice("TransformerConfig", "activation", self.activation, sorted(ACTIVATIONS))
 
     @property
     def use_final_norm(self) -> bool:
@@ -239,7 +235,7 @@ class DecoderLayer(nn.Module):
         """
 
         def self_attend(h: torch.Tensor):
-            q = self.self_attn._split(self.self_attn.q_proj(h))  # (B, T, D) -> (B, H, T, E)
+            q = self.self_attn.project_q(h)  # (B, T, D) -> (B, H, T, E)
             k, v = self.self_attn.project_kv(h, h)  # (B, H, T, E) each
             if cache is not None:
                 if cache.self_k is not None:
@@ -250,7 +246,7 @@ class DecoderLayer(nn.Module):
             return self.self_attn.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=False)
 
         def cross_attend(h: torch.Tensor):
-            q = self.cross_attn._split(self.cross_attn.q_proj(h))  # (B, T, D) -> (B, H, T, E)
+            q = self.cross_attn.project_q(h)  # (B, T, D) -> (B, H, T, E)
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # the memory does not change while decoding
             else:
@@ -339,12 +335,8 @@ class Transformer(nn.Module):
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
 
     def _check_source(self, src: torch.Tensor, src_lengths: torch.Tensor) -> None:
-        if not isinstance(src, torch.Tensor) or src.dtype != torch.long or src.dim() != 2:
-            got = f"{src.dtype} {tuple(src.shape)}" if isinstance(src, torch.Tensor) else type(src).__name__
-            raise TypeError(f"Transformer: src must be a long tensor (B, S), got {got}")
-        if not isinstance(src_lengths, torch.Tensor) or src_lengths.shape != (src.shape[0],):
-            got = tuple(src_lengths.shape) if isinstance(src_lengths, torch.Tensor) else type(src_lengths).__name__
-            raise ValueError(f"Transformer: src_lengths must have shape ({src.shape[0]},), got {got}")
+        check_tensor("Transformer", "src", src, kind="long", dim=2, names="(B, S)", note="token ids")
+        check_tensor("Transformer", "src_lengths", src_lengths, kind="integer", shape=(src.shape[0],))
 
     def encode(
         self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False
@@ -400,8 +392,7 @@ class Transformer(nn.Module):
             tokens ``(B, T')`` (END included where produced) and the last decoder layer's
             cross-attention weights averaged over heads, ``(B, T', S)``.
         """
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"Transformer.greedy_decode: max_len must be a positive int, got {max_len!r}")
+        check_int("Transformer.greedy_decode", "max_len", max_len)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         tokens, weights = [], []
         for token, w in self.greedy_steps(src, src_lengths, max_len, use_cache):
@@ -445,15 +436,10 @@ def warmup_schedule(
     that stop long before the 1 / sqrt(t) decay has lowered the rate). Returns a function of the
     step ``t >= 1``.
     """
-    for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"warmup_schedule: {name} must be a positive int, got {value!r}")
-    if not factor > 0:
-        raise ValueError(f"warmup_schedule: factor must be positive, got {factor!r}")
-    if total_steps is not None and (
-        isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= warmup_steps
-    ):
-        raise ValueError(f"warmup_schedule: total_steps must be an int > warmup_steps ({warmup_steps}), got {total_steps!r}")
+    check_int("warmup_schedule", "d_model", d_model)
+    check_int("warmup_schedule", "warmup_steps", warmup_steps)
+    check_number("warmup_schedule", "factor", factor, low=0, low_open=True)
+    check_int("warmup_schedule", "total_steps", total_steps, low=warmup_steps + 1, none=True, note="above warmup_steps")
     peak = factor * (d_model * warmup_steps) ** -0.5
 
     def rate(step: int) -> float:

@@ -1,0 +1,164 @@
+"""Argument checks: the one idiom every public function of the package uses.
+
+The rule (README.md, under "Conventions", says the same to readers):
+
+- a value of the wrong **type** raises ``TypeError``: an ``int`` argument given a ``float`` or a
+  ``bool``, a tensor argument given a list, a tensor of the wrong dtype (``torch.long`` token ids
+  given as floats);
+- a value of the right type but the wrong **value or shape** raises ``ValueError``: a size of 0, a
+  probability of 1.5, a tensor with the wrong number of dimensions or a size that does not match
+  another argument's, a name that is not among the fixed choices (``check_choice``: anything that
+  is not one of them, whatever its type).
+
+Every message names the function, the argument, what was expected and what came::
+
+    band_mask: n must be an int >= 1, got 0
+    causal_mask: num_keys must be an int, got float (2.5)
+    Seq2Seq: src must be a torch.long tensor, got torch.float32
+
+Defined for the package (no chapter introduces it); tests/unit/test_validation.py checks the rule
+and that no module writes its own version of these checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+
+import torch
+
+__all__ = ["check_choice", "check_int", "check_int_sequence", "check_ints", "check_number", "check_tensor", "describe"]
+
+
+def describe(value: object) -> str:
+    """How a message shows a value that came: its type, and the value itself when it is short."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} ({text})" if len(text) <= 40 else type(value).__name__
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(
+    where: str, arg: str, value: object, *, low: int | None = 1, high: int | None = None,
+    none: bool = False, note: str | None = None,
+) -> int | None:
+    """``value`` as an ``int`` in ``[low, high]`` (``None`` also, when ``none``); ``bool`` is not an int.
+
+    ``low=1`` by default (sizes, counts, steps); ``low=0`` for non-negative; ``low=None`` for any.
+    ``note`` says where a bound comes from: ``check_int(f, "max_len", m, low=longest, note="the
+    largest length")`` -> ``"max_len must be an int >= 3 (the largest length), got 2"``.
+    """
+    if value is None and none:
+        return None
+    if not _is_int(value):
+        raise TypeError(f"{where}: {arg} must be an int{' or None' if none else ''}, got {describe(value)}")
+    if low is not None and value < low or high is not None and value > high:
+        if high is None:
+            wanted = f"an int >= {low}"
+        elif low is None:
+            wanted = f"an int <= {high}"
+        else:
+            wanted = f"an int in [{low}, {high}]"
+        raise ValueError(f"{where}: {arg} must be {wanted}{f' ({note})' if note else ''}, got {value}")
+    return value
+
+
+def check_ints(where: str, *, low: int | None = 1, **values: object) -> None:
+    """``check_int`` for each keyword: ``check_ints("band_mask", n=n, window=window)``."""
+    for arg, value in values.items():
+        check_int(where, arg, value, low=low)
+
+
+def check_int_sequence(
+    where: str, arg: str, value: object, *, low: int | None = 1, types: tuple[type, ...] = (tuple,),
+) -> tuple[int, ...]:
+    """``value`` as a non-empty ``tuple`` (or one of ``types``) of ints, each at least ``low``."""
+    kinds = " or ".join(t.__name__ for t in types)
+    if not isinstance(value, types) or not all(_is_int(v) for v in value):
+        raise TypeError(f"{where}: {arg} must be a {kinds} of ints, got {describe(value)}")
+    if not value or low is not None and min(value) < low:
+        wanted = "non-empty" if low is None else f"non-empty, each >= {low}"
+        raise ValueError(f"{where}: {arg} must be a {kinds} of ints, {wanted}; got {value!r}")
+    return tuple(value)
+
+
+def check_number(
+    where: str, arg: str, value: object, *, low: float | None = None, high: float | None = None,
+    low_open: bool = False, high_open: bool = False, none: bool = False,
+) -> float | None:
+    """``value`` as a finite real number (``int`` or ``float``, not ``bool``) within the bounds.
+
+    ``low_open``/``high_open`` exclude the bound: ``check_number(f, "dropout", p, low=0, high=1,
+    high_open=True)`` accepts ``[0, 1)``.
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{where}: {arg} must be a number{' or None' if none else ''}, got {describe(value)}")
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or below or above:
+        if low is not None and high is not None:
+            wanted = f"a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        elif low is not None:
+            wanted = f"a number {'>' if low_open else '>='} {low}"
+        elif high is not None:
+            wanted = f"a number {'<' if high_open else '<='} {high}"
+        else:
+            wanted = "a finite number"
+        raise ValueError(f"{where}: {arg} must be {wanted}, got {value!r}")
+    return value
+
+
+def check_choice(where: str, arg: str, value: object, choices: Collection[object]) -> object:
+    """``value`` as one of ``choices`` (compared with ``==``; a wrong type is just not a choice)."""
+    if not any(type(value) is type(c) and value == c for c in choices):
+        raise ValueError(f"{where}: {arg} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+_KINDS = {
+    "float": (lambda t: t.dtype.is_floating_point, "a floating-point"),
+    "long": (lambda t: t.dtype == torch.long, "a torch.long"),
+    "bool": (lambda t: t.dtype == torch.bool, "a boolean"),
+    "integer": (lambda t: not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool,
+                "an integer"),
+}
+
+
+def check_tensor(
+    where: str, arg: str, value: object, *, kind: str | None = None, dim: int | Iterable[int] | None = None,
+    shape: tuple[int | None, ...] | None = None, names: str | None = None, note: str | None = None,
+) -> torch.Tensor:
+    """``value`` as a tensor of the given ``kind`` of dtype, number of dimensions and shape.
+
+    Args:
+        where, arg: the function and the argument, for the message.
+        kind: ``"float"``, ``"long"``, ``"bool"`` or ``"integer"`` (any integer dtype); a tensor of
+            another dtype raises ``TypeError``.
+        dim: the number of dimensions, or several allowed numbers; else ``ValueError``.
+        shape: the exact shape, ``None`` for a size that may be anything; else ``ValueError``.
+        names: the shape as the message shows it, e.g. ``"(B, S)"`` (default: built from ``shape``).
+        note: said after what was expected, e.g. ``"True = takes part"``.
+    """
+    extra = f" ({note})" if note else ""
+    kind_text = _KINDS[kind][1] if kind is not None else "a"
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where}: {arg} must be {kind_text} tensor{extra}, got {describe(value)}")
+    if kind is not None and not _KINDS[kind][0](value):
+        raise TypeError(f"{where}: {arg} must be {kind_text} tensor{extra}, got {value.dtype}")
+    if dim is not None:
+        allowed = (dim,) if isinstance(dim, int) else tuple(dim)
+        if value.dim() not in allowed:
+            wanted = f"have shape {names}" if names else "be " + " or ".join(f"{d}-D" for d in allowed)
+            raise ValueError(f"{where}: {arg} must {wanted}{extra}, got shape {tuple(value.shape)}")
+    if shape is not None:
+        if value.dim() != len(shape) or any(s is not None and s != v for s, v in zip(shape, value.shape)):
+            sizes = ["*" if s is None else str(s) for s in shape]
+            wanted = names or "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+            raise ValueError(f"{where}: {arg} must have shape {wanted}{extra}, got {tuple(value.shape)}")
+    return value
