@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,13 +35,20 @@ def otter() -> str:
     return str(exe) if exe.exists() else "otter"
 
 
-def build(source: Path, out: Path) -> Path:
+def workers() -> tuple[int, dict[str, str]]:
+    """How many otter processes to run at once (one per core), and the environment for each: one
+    kernel thread per process, so that they share the cores instead of fighting over them."""
+    return max(1, os.cpu_count() or 1), {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def build(source: Path, out: Path, env: dict[str, str] | None = None) -> Path:
     """Run otter assign on one source notebook; return the assignment's output folder."""
     name = source.stem
     dest = out / name
     if dest.exists():
         shutil.rmtree(dest)
-    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=HERE, capture_output=True, text=True)
+    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=HERE, capture_output=True, text=True,
+                          env=env)
     if done.returncode != 0:
         raise RuntimeError(f"otter assign failed for {name}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     zips = list((dest / "autograder").glob(f"{name}-autograder_*.zip"))
@@ -51,12 +60,13 @@ def build(source: Path, out: Path) -> Path:
 
 
 def main(out: Path = DEFAULT_OUT) -> list[Path]:
+    """Build every assignment, several at once (``otter assign`` runs each solution notebook)."""
     out.mkdir(parents=True, exist_ok=True)
-    built = []
-    for source in sources():
-        dest = build(source, out)
-        print(f"{source.name}: student version and autograder in {dest}")
-        built.append(dest)
+    n, env = workers()
+    with ThreadPoolExecutor(n) as pool:
+        built = list(pool.map(lambda source: build(source, out, env), sources()))
+    for dest in built:
+        print(f"{dest.name}: student version and autograder in {dest}")
     return built
 
 

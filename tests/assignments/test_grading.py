@@ -3,7 +3,9 @@ version, and every plausible wrong solution in ``assignments/wrong_solutions.yml
 on its question with a message that teaches.
 
 Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
-builds; the build here goes to a temporary folder. About 10 s per graded notebook.
+builds; the build here goes to a temporary folder. About 10 s per graded notebook (40 s for
+assignment 2, which trains a model). Every submission is graded once, several at a time (one
+otter process per core, ``build.workers``), by a session fixture; each test then checks its own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -32,18 +35,66 @@ def built(tmp_path_factory) -> dict[str, Path]:
     return {dest.name: dest for dest in build.main(out)}
 
 
-def grade(dest: Path, notebook: Path, tmp: Path) -> dict[str, dict]:
-    """Grade ``notebook`` with the assignment's autograder zip; question name -> result."""
+def grade(dest: Path, notebook: Path, work: Path, env: dict[str, str] | None = None) -> dict[str, dict] | str:
+    """Grade ``notebook`` with the assignment's autograder zip: question name -> result, or what
+    otter printed when it failed (the test that asked for this grade reports it)."""
     name = dest.name
-    work = tmp / f"grade-{notebook.stem}"
-    work.mkdir()
+    work.mkdir(parents=True)
     submission = work / f"{name}.ipynb"
     shutil.copy(notebook, submission)
     done = subprocess.run([build.otter(), "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"),
-                           "-o", str(work), str(submission)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+                           "-o", str(work), str(submission)], capture_output=True, text=True, timeout=600, env=env)
+    if done.returncode != 0:
+        return f"otter run failed on {notebook.name}:\n{done.stderr[-3000:]}"
     results = json.loads((work / "results.json").read_text())
     return {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
+
+
+def _wrong_id(wrong: dict) -> str:
+    return f"{wrong['assignment']}-{wrong['question']}-{wrong['mistake']}"
+
+
+def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
+    """The reference solution with one plausible mistake written in, or why it cannot be."""
+    nb = nbformat.read(dest / "autograder" / f"{dest.name}.ipynb", as_version=4)
+    hits = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]
+    if len(hits) != 1:
+        return f"the edit {wrong['find']!r} must match one solution cell, matched {len(hits)}"
+    hits[0].source = hits[0].source.replace(wrong["find"], wrong["replace"])
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
+    """Every submission the tests below judge, graded once: ``reference/<name>``,
+    ``student/<name>`` and ``wrong/<id>`` -> grades (or an error message)."""
+    root = tmp_path_factory.mktemp("graded")
+    jobs: dict[str, tuple[Path, Path]] = {}
+    results: dict[str, dict[str, dict] | str] = {}
+    for name, dest in built.items():
+        jobs[f"reference/{name}"] = (dest, dest / "autograder" / f"{name}.ipynb")
+        jobs[f"student/{name}"] = (dest, dest / "student" / f"{name}.ipynb")
+    for i, wrong in enumerate(WRONG):
+        dest = built[wrong["assignment"]]
+        notebook = _wrong_notebook(dest, wrong, root / f"wrong-{i}.ipynb")
+        if isinstance(notebook, str):
+            results[f"wrong/{_wrong_id(wrong)}"] = notebook
+        else:
+            jobs[f"wrong/{_wrong_id(wrong)}"] = (dest, notebook)
+    n, env = build.workers()
+    # the slowest first (assignment 2 trains a model), so that the pool does not end on one of them
+    order = sorted(jobs, key=lambda key: "a2_" not in key + str(jobs[key][0]))
+    with ThreadPoolExecutor(n) as pool:
+        futures = {key: pool.submit(grade, *jobs[key], root / f"run-{i}", env) for i, key in enumerate(order)}
+        results.update({key: future.result() for key, future in futures.items()})
+    return results
+
+
+def _grades(graded: dict, key: str) -> dict[str, dict]:
+    grades = graded[key]
+    assert not isinstance(grades, str), grades
+    return grades
 
 
 def test_every_assignment_has_questions_and_wrong_solutions():
@@ -54,33 +105,25 @@ def test_every_assignment_has_questions_and_wrong_solutions():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_reference_solution_scores_full_marks(built, name, tmp_path):
-    dest = built[name]
-    grades = grade(dest, dest / "autograder" / f"{name}.ipynb", tmp_path)
+def test_reference_solution_scores_full_marks(graded, name):
+    grades = _grades(graded, f"reference/{name}")
     assert grades, "no questions graded"
     for question, g in grades.items():
         assert g["score"] == g["max_score"] > 0, f"{name} {question}: {g['score']}/{g['max_score']}\n{g['output']}"
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_untouched_student_version_scores_zero(built, name, tmp_path):
+def test_untouched_student_version_scores_zero(built, graded, name):
     dest = built[name]
     student = nbformat.read(dest / "student" / f"{name}.ipynb", as_version=4)
     code = "\n".join(c.source for c in student.cells if c.cell_type == "code")
     assert "BEGIN SOLUTION" not in code and "# END SOLUTION" not in code
-    grades = grade(dest, dest / "student" / f"{name}.ipynb", tmp_path)
+    grades = _grades(graded, f"student/{name}")
     assert {q: g["score"] for q, g in grades.items()} == {q: 0 for q in grades}
 
 
-@pytest.mark.parametrize("wrong", WRONG, ids=[f"{w['assignment']}-{w['question']}-{w['mistake']}" for w in WRONG])
-def test_wrong_solution_fails_with_a_teaching_message(built, wrong, tmp_path):
-    dest = built[wrong["assignment"]]
-    nb = nbformat.read(dest / "autograder" / f"{dest.name}.ipynb", as_version=4)
-    hits = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]
-    assert len(hits) == 1, f"the edit {wrong['find']!r} must match one solution cell, matched {len(hits)}"
-    hits[0].source = hits[0].source.replace(wrong["find"], wrong["replace"])
-    path = tmp_path / "wrong.ipynb"
-    nbformat.write(nb, path)
-    g = grade(dest, path, tmp_path)[wrong["question"]]
+@pytest.mark.parametrize("wrong", WRONG, ids=[_wrong_id(w) for w in WRONG])
+def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
+    g = _grades(graded, f"wrong/{_wrong_id(wrong)}")[wrong["question"]]
     assert g["score"] < g["max_score"], f"{wrong['mistake']!r} kept full marks on {wrong['question']}"
     assert wrong["message"] in g["output"], f"message {wrong['message']!r} not shown; output:\n{g['output']}"

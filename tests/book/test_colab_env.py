@@ -92,7 +92,7 @@ def colab(tmp_path_factory) -> ColabEnv:
     pins = _colab_pins()
     pip_pin = next(p for p in pins if p.startswith("pip=="))
     _run([sys.executable, "-m", "pip", "--python", env.python, "install", "-q", pip_pin])
-    pip = [env.python, "-m", "pip", "install", "-q"]
+    pip = [env.python, "-m", "pip", "install", "-q", "--no-compile"]  # no .pyc for torch's thousands of files
     _run(pip + [TORCH])  # first and alone
     others = [p for p in pins if not p.startswith(("torch==", "pip=="))]
     _run(pip + others)

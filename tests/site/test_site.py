@@ -156,9 +156,11 @@ def test_page_renders_offline(browser, server, page_path):
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
-def _ids(path: Path) -> set[str]:
+@functools.cache
+def _ids(path: Path) -> frozenset[str]:
+    """The anchors of a page (parsed once per page: every link with a fragment asks for them)."""
     soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-    return {tag["id"] for tag in soup.find_all(id=True)} | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})}
+    return frozenset({tag["id"] for tag in soup.find_all(id=True)} | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})})
 
 
 @pytest.mark.parametrize("page_path", PAGES)

@@ -76,6 +76,28 @@ def test_fully_masked_queries_get_zero_output(backend):
         torch.testing.assert_close(out[0], _reference(q[0], k[0], v[0]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_gradients_through_fully_masked_rows(dtype, float_mask):
+    """The fast path's gradients where a query sees no key: finite everywhere (PyTorch's kernel
+    computes NaN weights there, and a NaN times a zero gradient is still NaN), zero for that query,
+    and equal to the naive path's."""
+    q, k, v = _qkv((2, 2), 3, 4, 5, 6, dtype)
+    mask = torch.ones(2, 2, 3, 4, dtype=torch.bool)
+    mask[1, 0, 2] = False  # example 1, head 0, query 2 sees nothing
+    m = to_float_mask(mask, dtype) if float_mask else mask
+    grads = {}
+    for backend in BACKENDS:
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = scaled_dot_product_attention(*inputs, m, backend=backend)
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
+        grads[backend] = torch.autograd.grad((out * weight).sum(), inputs)
+        assert all(torch.isfinite(g).all() for g in grads[backend]), backend
+        assert not grads[backend][0][1, 0, 2].any(), backend  # that query changes nothing
+    for fast, naive in zip(grads["fast"], grads["naive"]):
+        torch.testing.assert_close(fast, naive)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gradcheck_float64(backend):
     q, k, v = (t.requires_grad_() for t in _qkv((2,), 3, 4, 5, 3, torch.float64))
