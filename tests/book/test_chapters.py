@@ -178,6 +178,7 @@ def test_chapter_has_an_executed_coding_solution(path):
 CONSTANTS = {
     ("02_alignment", "99.5%"): "the threshold of the claim, asserted in the cell that prints the results",
     ("02_alignment", "95%"): "chapter 1's bar for its plain seq2seq, asserted there",
+    ("02_alignment", "8.4"): "a section number of Saitoh (2018), the book the lecture notes follow",
     ("03_three_stages", "99.5%"): "chapter 2's threshold, asserted there",
     ("04_soft_hard", "0.9"): "the baseline's decay, a hyperparameter of the chapter's code",
     ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
