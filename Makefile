@@ -72,8 +72,10 @@ browser:
 # only cells tagged nbval-check-output are compared) anywhere else. NBVAL_MODE=strict|portable forces it.
 test: book browser
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	$(PY) -m pytest tests chapters $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider; \
-	status=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; exit $$status
+	$(PY) -m pytest tests chapters $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+		--junitxml=_build/test-results.xml; \
+	status=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; \
+	$(PY) scripts/junit_times.py --folders _build/test-results.xml || true; exit $$status
 
 # On a CUDA machine: unit tests on every device, every chapter on the GPU (portable nbval), GPU
 # benchmarks. Uses the machine's own python3 and torch (PYTHON=... to choose), not .venv.

@@ -1,6 +1,8 @@
 """Summarise a pytest JUnit XML file: test counts, and the time of each chapter (sum of its cells).
 
-Used by scripts/test_gpu.sh to report what ran on the GPU: ``python scripts/junit_times.py FILE...``.
+Used by scripts/test_gpu.sh to report what ran on the GPU: ``python scripts/junit_times.py FILE...``;
+and by ``make test`` with ``--folders``, which adds the time of each folder of tests (setup,
+call and teardown of every test: where the suite's minutes go).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 
-def summarise(*paths: str) -> str:
-    """Counts and chapter times over one or more JUnit files (make test-gpu writes two)."""
+def summarise(*paths: str, folders: bool = False) -> str:
+    """Counts and chapter times over one or more JUnit files (make test-gpu writes two); with
+    ``folders``, also the seconds of each test folder (``tests/unit``, ..., ``chapters``)."""
     cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
     outcomes: dict[str, int] = defaultdict(int)
     chapters: dict[str, float] = defaultdict(float)
+    by_folder: dict[str, float] = defaultdict(float)
     failures: list[str] = []
     for case in cases:
         kind = "passed"
@@ -27,13 +31,20 @@ def summarise(*paths: str) -> str:
         classname = case.get("classname", "")  # a notebook's cells: "chapters.NN_name.ipynb"
         if classname.endswith(".ipynb"):
             chapters[classname.removeprefix("chapters.")] += float(case.get("time", 0))
+        by_folder["/".join(classname.split(".")[:1 if classname.endswith(".ipynb") else 2])] += float(case.get("time", 0))
     lines = ["tests: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())), "",
              "| chapter | executed in (s) |", "| --- | --- |"]
     lines += [f"| {name} | {seconds:.0f} |" for name, seconds in sorted(chapters.items())]
+    if folders:
+        outside = sum(s for name, s in by_folder.items() if name != "chapters")
+        lines += ["", "| folder | seconds |", "| --- | --- |"]
+        lines += [f"| {name} | {seconds:.0f} |" for name, seconds in sorted(by_folder.items())]
+        lines += [f"| everything but the chapters | {outside:.0f} |"]
     if failures:
         lines += ["", "Failed:", ""] + [f"- `{name}`" for name in failures]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(summarise(*sys.argv[1:]))
+    args = sys.argv[1:]
+    print(summarise(*[a for a in args if a != "--folders"], folders="--folders" in args))

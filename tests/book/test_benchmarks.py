@@ -140,3 +140,27 @@ def test_the_gpu_check_catches(change, message):
     text = change(GPU_RESULTS.read_text(encoding="utf-8"))
     with pytest.raises(AssertionError, match=message):
         _check_gpu_report(text)
+
+
+def test_the_junit_summary_adds_up_each_folder(tmp_path):
+    """`make test` prints where the suite's time goes (scripts/junit_times.py --folders)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from junit_times import summarise
+
+    xml = tmp_path / "results.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.unit.test_core" name="a" time="1.5"/>'
+        '<testcase classname="tests.unit.test_masking" name="b" time="2.0"><skipped/></testcase>'
+        '<testcase classname="tests.site.test_site" name="c" time="4.0"><failure message="x"/></testcase>'
+        '<testcase classname="chapters.00_preliminaries.ipynb" name="Cell 0" time="10.0"/>'
+        '<testcase classname="chapters.00_preliminaries.ipynb" name="Cell 1" time="5.0"/>'
+        "</testsuite></testsuites>"
+    )
+    text = summarise(str(xml), folders=True)
+    assert "tests: 1 failed, 3 passed, 1 skipped" in text
+    assert "| 00_preliminaries.ipynb | 15 |" in text
+    assert "| tests/unit | 4 |" in text and "| tests/site | 4 |" in text and "| chapters | 15 |" in text
+    assert "| everything but the chapters | 8 |" in text
+    assert "| folder |" not in summarise(str(xml))  # the GPU report's table stays as it was
+    assert "- `tests.site.test_site::c`" in text
