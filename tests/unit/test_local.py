@@ -51,6 +51,8 @@ def test_local_errors_name_the_argument():
         banded_attention(x, x, x, -1)
     with pytest.raises(TypeError, match="query must be a floating-point tensor, got torch.int64"):
         banded_attention(x.long(), x, x, 1)
+    with pytest.raises(ValueError, match=r"key must have shape \(..., N, features\), got \(3,\)"):
+        banded_attention(x, torch.zeros(3), x, 1)
     with pytest.raises(ValueError, match="self-attention needs"):
         banded_attention(x, torch.zeros(2, 5, 3), torch.zeros(2, 5, 3), 1)
     with pytest.raises(ValueError, match=r"weights must have shape \(..., N, 3\)"):

@@ -69,7 +69,9 @@ def banded_attention(
     check_int("banded_attention", "window", window, low=0)
     check_int("banded_attention", "chunk_size", chunk_size, none=True)
     for arg, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor("banded_attention", arg, t, kind="float", dim=range(2, 9), names="(..., N, features)")
+        check_tensor("banded_attention", arg, t, kind="float")
+        if t.dim() < 2:
+            raise ValueError(f"banded_attention: {arg} must have shape (..., N, features), got {tuple(t.shape)}")
     if query.shape[:-1] != key.shape[:-1] or key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1]:
         raise ValueError(
             "banded_attention: self-attention needs query (..., N, E), key (..., N, E), value (..., N, Ev); got "
