@@ -65,6 +65,9 @@ def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md"
     lines += [f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
               for r in rows]
     sections.append(("5. Executing each chapter in a fresh kernel, as the tests do", lines))
+    lines = ["| chapter | printed line (its time as #) | seconds |", "|---|---|---|"]
+    lines += [f"| `{r['chapter']}` | {key} | {seconds:.1f} |" for r in rows for key, seconds in r["printed"].items()]
+    sections.append(("6. Training times the chapters print, in the same run", lines))
     m = machine()
     text = ["# Benchmarks", "", "<!-- the book's Performance appendix includes everything below this line -->", "",
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
