@@ -4,7 +4,7 @@ Introduced in chapter 2 and used again for the Transformer's cross-attention (ch
 heatmap is persuasive, but a number can be asserted: these functions measure how often the
 largest attention weight of an output step falls where the task says it must.
 
-Shapes: ``weights`` is ``(T, S)`` for one example: one row per output step (teacher-forced, so
+Shapes: ``weights`` is ``(L, S)`` for one example: one row per output step (teacher-forced, so
 row ``t`` belongs to target character ``t``), one column per source character.
 """
 
@@ -24,7 +24,7 @@ ISO_FIELDS = {0: "year", 1: "year", 2: "year", 3: "year", 5: "month", 6: "month"
 
 
 def _check_weights(name: str, weights: torch.Tensor, rows: int, cols: int) -> None:
-    check_tensor(name, "weights", weights, kind="float", dim=2, names="(T, S)", note="one example")
+    check_tensor(name, "weights", weights, kind="float", dim=2, names="(L, S)", note="one example")
     if weights.shape[0] < rows or weights.shape[1] < cols:
         raise ValueError(f"{name}: weights of shape {tuple(weights.shape)} need at least {rows} rows and {cols} columns")
 

@@ -168,10 +168,10 @@ def evaluate_seq2seq(
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
         batch = make_batch(chunk, src_vocab, tgt_vocab, device)
-        T = batch.tgt_out.shape[1]
-        tokens, _ = model.greedy_decode(batch.src, batch.src_lengths, max_len=T)
+        L = batch.tgt_out.shape[1]
+        tokens, _ = model.greedy_decode(batch.src, batch.src_lengths, max_len=L)
         padded = torch.full_like(batch.tgt_out, -1)
-        padded[:, : tokens.shape[1]] = tokens  # (B, T') -> (B, T), -1 where decoding stopped early
+        padded[:, : tokens.shape[1]] = tokens  # (B, L') -> (B, L), -1 where decoding stopped early
         real = batch.tgt_out != CharVocab.PAD  # target positions, END included
         right = ((padded == batch.tgt_out) & real).sum(1)  # (B,)
         right_tokens += int(right.sum())
@@ -355,8 +355,8 @@ def train_seq2seq(
             yield make_batch([train_pairs[i] for i in index], src_vocab, tgt_vocab, device)
 
     def loss_of(batch: Batch) -> torch.Tensor:
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        return loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * T, V) vs (B * T,)
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, L, V)
+        return loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * L, V) vs (B * L,)
     # end listing: batches
 
     def evaluate() -> EvalResult:
@@ -572,7 +572,7 @@ class CaptionEval:
     ``token_accuracy``: share of reference positions (``<end>`` included) predicted right.
     ``grounding``: share of object words (colours and shapes) generated right whose largest
     attention weight falls on the layout cell of the object they name; ``grounded_words`` how
-    many such words there were. ``tokens (n, T)`` and ``weights (n, T, L)``: what was generated.
+    many such words there were. ``tokens (n, L)`` and ``weights (n, L, S)``: what was generated.
     """
 
     exact_match: float
@@ -601,7 +601,7 @@ def _check_captioner(name: str, model: nn.Module, task: SceneTask | None) -> Non
 def shift_captions(captions: torch.Tensor) -> torch.Tensor:
     """Decoder inputs for teacher forcing: ``<start>`` then the caption without its last token."""
     start = torch.full_like(captions[:, :1], START)  # (B, 1)
-    return torch.cat([start, captions[:, :-1]], dim=1)  # (B, T)
+    return torch.cat([start, captions[:, :-1]], dim=1)  # (B, L)
 
 
 @torch.no_grad()
@@ -614,35 +614,35 @@ def evaluate_captioner(
     _check_captioner("evaluate_captioner", model, task)
     device = _eval_device("evaluate_captioner", model, device)
     model.eval()
-    T = task.captions.shape[1]
-    outputs = [model.generate(task.images[i : i + batch_size].to(device), T) for i in range(0, len(task), batch_size)]
-    tokens = torch.cat([o.tokens for o in outputs]).cpu()  # type: ignore[misc]  # (n, T)
-    weights = torch.cat([o.weights for o in outputs]).cpu()  # (n, T, L)
+    L = task.captions.shape[1]
+    outputs = [model.generate(task.images[i : i + batch_size].to(device), L) for i in range(0, len(task), batch_size)]
+    tokens = torch.cat([o.tokens for o in outputs]).cpu()  # type: ignore[misc]  # (n, L)
+    weights = torch.cat([o.weights for o in outputs]).cpu()  # (n, L, S)
     captions, cells = task.captions.cpu(), task.cells.cpu()
-    real = captions != PAD  # (n, T)
+    real = captions != PAD  # (n, L)
     right = tokens == captions
     exact = (right | ~real).all(dim=1).float().mean().item()
     token_accuracy = (right & real).sum().item() / real.sum().item()
     objects = (cells >= 0) & right  # object words generated right
-    looked_at = region_cells(model.config, task.grid)[weights.argmax(-1)]  # (n, T): cell of the largest weight
+    looked_at = region_cells(model.config, task.grid)[weights.argmax(-1)]  # (n, L): cell of the largest weight
     hits = (looked_at == cells)[objects]
     grounding = hits.float().mean().item() if len(hits) else float("nan")
     return CaptionEval(exact, token_accuracy, grounding, len(hits), tokens, weights)
 
 
 def _caption_nll(out: CaptionOutput, captions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Negative log-likelihood of each word ``(B, T)`` (0 on padding), and the mask of real words."""
-    real = captions != PAD  # (B, T)
+    """Negative log-likelihood of each word ``(B, L)`` (0 on padding), and the mask of real words."""
+    real = captions != PAD  # (B, L)
     return nn.functional.cross_entropy(out.logits.transpose(1, 2), captions, reduction="none") * real, real
 
 
 def _location_reward(nll: torch.Tensor, reward: str) -> torch.Tensor:
-    """Reward of the location drawn at each step ``(B, T)``: log-likelihood of the caption, or of
+    """Reward of the location drawn at each step ``(B, L)``: log-likelihood of the caption, or of
     its words from that step on."""
-    log_likelihood = -nll.detach()  # (B, T)
+    log_likelihood = -nll.detach()  # (B, L)
     if reward == "sequence":
         return log_likelihood.sum(dim=1, keepdim=True).expand_as(log_likelihood)  # same reward at every step
-    return log_likelihood.flip(1).cumsum(1).flip(1)  # (B, T): sum over steps t' >= t
+    return log_likelihood.flip(1).cumsum(1).flip(1)  # (B, L): sum over steps t' >= t
 
 
 def caption_loss(
@@ -662,7 +662,7 @@ def caption_loss(
     location drawn at step ``t`` is the log-likelihood of the caption, ``reward="sequence"`` (as
     in the paper), or of its words from ``t`` on, ``reward="to_go"`` (the words before ``t`` do
     not depend on it: same expectation, less noise); minus ``baseline`` (a
-    ``MovingAverageBaseline`` updated here, a fixed ``(T,)`` tensor, or none); plus the entropy
+    ``MovingAverageBaseline`` updated here, a fixed ``(L,)`` tensor, or none); plus the entropy
     bonus.
     """
     _check_captioner("caption_loss", model, None)
@@ -771,7 +771,7 @@ def gradient_noise(
                 captions = task.captions[index].to(device)
                 out = model(task.images[index].to(device), shift_captions(captions), generator=sampler)
                 nll, real = _caption_nll(out, captions)
-                total = total + (_location_reward(nll, reward) * real).sum(0)  # (T,)
+                total = total + (_location_reward(nll, reward) * real).sum(0)  # (L,)
                 count = count + real.sum(0)
         fixed = total / count.clamp_min(1)  # mean reward per step
         sampler.set_state(state)  # the measured batches draw the same locations

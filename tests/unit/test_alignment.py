@@ -31,7 +31,7 @@ def test_date_alignment_counts_digits_that_look_at_their_field():
 
 
 def test_alignment_errors_name_the_problem():
-    with pytest.raises(ValueError, match=r"weights must have shape \(T, S\) \(one example\), got shape \(1, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"weights must have shape \(L, S\) \(one example\), got shape \(1, 4, 4\)"):
         reverse_alignment_accuracy(torch.zeros(1, 4, 4), 4)
     with pytest.raises(ValueError, match="need at least 5 rows and 5 columns"):
         reverse_alignment_accuracy(torch.zeros(4, 4), 5)

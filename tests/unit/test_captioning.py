@@ -157,7 +157,7 @@ def test_per_step_baseline_and_masked_reinforce_loss():
     log_prob = torch.tensor([[-1.0, -2.0], [-0.5, -9.0]], requires_grad=True)
     loss = reinforce_loss(log_prob, reward, torch.tensor([1.0, 1.0]), mask=mask)
     assert loss.item() == pytest.approx(-(0 * -1.0 + 1 * -2.0 + 2 * -0.5) / 3)
-    with pytest.raises(ValueError, match=r"reward must have shape \(B,\) or \(B, T\), got shape \(2, 2, 2\)"):
+    with pytest.raises(ValueError, match=r"reward must have shape \(B,\) or \(B, L\), got shape \(2, 2, 2\)"):
         baseline.update(torch.zeros(2, 2, 2))
 
 

@@ -100,7 +100,7 @@ def test_local_attention_errors_name_the_argument():
         local_attention(_dot, q, k, v, centres, 0)
     with pytest.raises(TypeError, match="centres must be a floating-point tensor, got torch.int64"):
         local_attention(_dot, q, k, v, centres.long(), 2)
-    with pytest.raises(ValueError, match=r"centres \(B, T\)"):
+    with pytest.raises(ValueError, match=r"centres \(B, L\)"):
         local_attention(_dot, q, k, v, centres[:, :3], 2)
     with pytest.raises(ValueError, match=r"lengths must have shape \(2,\)"):
         local_attention(_dot, q, k, v, centres, 2, lengths=torch.tensor([3]))

@@ -31,7 +31,7 @@ is a public function):
   generator on the meta device. ``test_samplers_are_made_on_the_models_device`` checks instead
   that the trainers make theirs where the model is.
 - ``MovingAverageBaseline.update`` with one reward per row, ``(B,)``, returns a Python number
-  (a host read, once per batch); its ``(B, T)`` form, the one the captioners use, runs here.
+  (a host read, once per batch); its ``(B, L)`` form, the one the captioners use, runs here.
 - ``padding_mask`` checks the values of the lengths on the host (``EXCLUDED``).
 
 The end of the file checks the device rule of ``attnlab.train`` on the CPU: evaluation runs

@@ -137,7 +137,7 @@ def test_bad_inputs_are_explained():
         model(src, torch.tensor([3, 3]), src)
     with pytest.raises(ValueError, match=r"src_lengths must lie in \[1, 3\]"):
         model(src, torch.tensor([4]), src)
-    with pytest.raises(ValueError, match=r"tgt_in must have shape \(1, T\)"):
+    with pytest.raises(ValueError, match=r"tgt_in must have shape \(1, L\)"):
         model(src, torch.tensor([3]), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="max_len must be an int >= 1, got 0"):
         model.greedy_decode(src, torch.tensor([3]), max_len=0)

@@ -83,7 +83,7 @@ def test_cached_decoding_equals_full_recomputation(norm_first):
     tgt = torch.randint(3, 13, (4, 6))
     with torch.no_grad():
         memory, mask, _ = model.encode(src, lengths)
-        full, full_w = model.decode(tgt, memory, mask, need_weights=True)  # (B, T, V)
+        full, full_w = model.decode(tgt, memory, mask, need_weights=True)  # (B, L, V)
         caches = [KVCache() for _ in model.decoder.layers]
         steps = []
         for t in range(6):  # one token at a time

@@ -75,8 +75,8 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
 class MovingAverageBaseline:
     """``b <- decay * b + (1 - decay) * mean(reward)``, as in Xu et al. (decay 0.9).
 
-    ``reward (B,)`` gives one number; ``reward (B, T)`` one per step ``t`` (a reward counted from
-    step ``t`` on), averaged over the rows where ``mask (B, T)`` is True.
+    ``reward (B,)`` gives one number; ``reward (B, L)`` one per step ``t`` (a reward counted from
+    step ``t`` on), averaged over the rows where ``mask (B, L)`` is True.
     """
 
     def __init__(self, decay: float = 0.9):
@@ -86,7 +86,7 @@ class MovingAverageBaseline:
 
     def update(self, reward: torch.Tensor, mask: torch.Tensor | None = None) -> float | torch.Tensor:
         """Return the baseline to use for this batch (before seeing it), then update it."""
-        check_tensor("MovingAverageBaseline.update", "reward", reward, kind="float", dim=(1, 2), names="(B,) or (B, T)")
+        check_tensor("MovingAverageBaseline.update", "reward", reward, kind="float", dim=(1, 2), names="(B,) or (B, L)")
         if len(reward) == 0:
             raise ValueError("MovingAverageBaseline.update: reward must hold at least one row, got an empty batch")
         reward = reward.detach()
@@ -97,7 +97,7 @@ class MovingAverageBaseline:
             if mask is None:
                 mask = torch.ones_like(reward, dtype=torch.bool)
             check_tensor("MovingAverageBaseline.update", "mask", mask, kind="bool", shape=tuple(reward.shape))
-            current = (reward * mask).sum(0) / mask.sum(0).clamp_min(1)  # (T,)
+            current = (reward * mask).sum(0) / mask.sum(0).clamp_min(1)  # (L,)
             if self.value is not None and getattr(self.value, "shape", ()) != current.shape:  # a float has no shape
                 raise ValueError("MovingAverageBaseline.update: reward changed shape since the last batch")
         used = current if self.value is None else self.value
@@ -113,10 +113,10 @@ def reinforce_loss(
 
     ``-mean((reward - baseline) * log_prob) - entropy_weight * mean(entropy)``; the reward is
     treated as a constant. Minimising it follows the estimated gradient of the expected reward.
-    Shapes: ``(B,)`` (one decision per row), or ``(B, T)`` (one per step, with the reward counted
+    Shapes: ``(B,)`` (one decision per row), or ``(B, L)`` (one per step, with the reward counted
     from that step on); ``mask`` (same shape, boolean) drops padded steps from both means.
     """
-    check_tensor("reinforce_loss", "log_prob", log_prob, kind="float", dim=(1, 2), names="(B,) or (B, T)")
+    check_tensor("reinforce_loss", "log_prob", log_prob, kind="float", dim=(1, 2), names="(B,) or (B, L)")
     check_tensor("reinforce_loss", "reward", reward, kind="float", shape=tuple(log_prob.shape),
                  names=f"{tuple(log_prob.shape)} (that of log_prob)")
     if mask is None:

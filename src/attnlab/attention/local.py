@@ -134,37 +134,38 @@ def local_attention(
     lengths: torch.Tensor | None = None,
     gaussian: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""Local attention of Luong et al. (2015): each query attends to ``2D + 1`` source positions.
+    r"""Local attention of Luong et al. (2015): each query attends to ``2w + 1`` source positions.
 
-    Defined in chapter 4. Query ``t`` looks only at the window :math:`[p_t - D, p_t + D]` around
+    Defined in chapter 4. Query ``t`` looks only at the window :math:`[p_t - w, p_t + w]` around
     its centre :math:`p_t` (``centres``): the window's keys and values are *gathered*, so time and
-    memory grow with ``D``, not with the source length. The scores come from any score module of
+    memory grow with ``w``, not with the source length. (Luong et al. write ``D`` for the
+    half-width; this book keeps ``D`` for the size of a state.) The scores come from any score module of
     chapter 3 (``score(query (B', 1, Dq), keys (B', W, Dk)) -> (B', 1, W)``), the softmax runs over
     the window's real positions, and with ``gaussian=True`` (local-p) each weight is multiplied by
-    :math:`\exp(-(s - p_t)^2 / (2\sigma^2))`, :math:`\sigma = D / 2`, which lets the gradient reach
+    :math:`\exp(-(s - p_t)^2 / (2\sigma^2))`, :math:`\sigma = w / 2`, which lets the gradient reach
     a predicted real-valued :math:`p_t`. Local-m is ``centres = t`` with ``gaussian=False``.
 
     Args:
         score: a score module (``attnlab.attention.make_score``) or any function with its interface.
-        query: ``(B, T, Dq)``; keys: ``(B, S, Dk)``; values: ``(B, S, Dv)``.
-        centres: ``(B, T)`` real positions :math:`p_t`; the window is centred on ``round(p_t)``.
-        window: ``D >= 1``; the window holds ``W = 2D + 1`` positions.
+        query: ``(B, L, Dq)``; keys: ``(B, S, Dk)``; values: ``(B, S, Dv)``.
+        centres: ``(B, L)`` real positions :math:`p_t`; the window is centred on ``round(p_t)``.
+        window: the half-width ``w >= 1``; the window holds ``W = 2w + 1`` positions.
         lengths: ``(B,)`` real source lengths (positions at or past them are padding), or ``None``.
         gaussian: multiply by the Gaussian factor (local-p) or not (local-m).
 
     Returns:
-        ``(context (B, T, Dv), weights (B, T, W), positions (B, T, W))``: ``positions[b, t, w]`` is
-        the source position of window slot ``w``; slots outside ``[0, lengths[b])`` have weight 0
+        ``(context (B, L, Dv), weights (B, L, W), positions (B, L, W))``: ``positions[b, t, j]`` is
+        the source position of window slot ``j``; slots outside ``[0, lengths[b])`` have weight 0
         (``window_to_dense`` spreads the weights over all ``S`` positions, for plots).
     """
     name = "local_attention"
-    check_int(name, "window", window)  # D, half the window
+    check_int(name, "window", window)  # w, half the window
     for arg, t, dims in (("query", query, 3), ("keys", keys, 3), ("values", values, 3), ("centres", centres, 2)):
         check_tensor(name, arg, t, kind="float", dim=dims)
-    B, T, S = query.shape[0], query.shape[1], keys.shape[1]
-    if keys.shape[0] != B or values.shape[:2] != keys.shape[:2] or centres.shape != (B, T):
+    B, L, S = query.shape[0], query.shape[1], keys.shape[1]
+    if keys.shape[0] != B or values.shape[:2] != keys.shape[:2] or centres.shape != (B, L):
         raise ValueError(
-            f"{name}: expected query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv), centres (B, T); got "
+            f"{name}: expected query (B, L, Dq), keys (B, S, Dk), values (B, S, Dv), centres (B, L); got "
             f"{tuple(query.shape)}, {tuple(keys.shape)}, {tuple(values.shape)}, {tuple(centres.shape)}"
         )
     if lengths is None:
@@ -174,24 +175,24 @@ def local_attention(
     # listing: window
     W = 2 * window + 1
     offsets = torch.arange(-window, window + 1, device=keys.device)  # (W,)
-    positions = centres.detach().round().long()[..., None] + offsets  # (B, T, W)
-    valid = (positions >= 0) & (positions < lengths[:, None, None])  # (B, T, W)
-    index = positions.clamp(0, S - 1).reshape(B, T * W)  # (B, T W)
-    k_win = keys.gather(1, index[..., None].expand(-1, -1, keys.shape[-1]))  # (B, T W, Dk)
-    v_win = values.gather(1, index[..., None].expand(-1, -1, values.shape[-1]))  # (B, T W, Dv)
-    scores = score(query.reshape(B * T, 1, -1), k_win.reshape(B * T, W, -1))  # (B T, 1, W)
-    weights = masked_softmax(scores.reshape(B, T, W), valid)  # (B, T, W)
+    positions = centres.detach().round().long()[..., None] + offsets  # (B, L, W)
+    valid = (positions >= 0) & (positions < lengths[:, None, None])  # (B, L, W)
+    index = positions.clamp(0, S - 1).reshape(B, L * W)  # (B, L W)
+    k_win = keys.gather(1, index[..., None].expand(-1, -1, keys.shape[-1]))  # (B, L W, Dk)
+    v_win = values.gather(1, index[..., None].expand(-1, -1, values.shape[-1]))  # (B, L W, Dv)
+    scores = score(query.reshape(B * L, 1, -1), k_win.reshape(B * L, W, -1))  # (B L, 1, W)
+    weights = masked_softmax(scores.reshape(B, L, W), valid)  # (B, L, W)
     if gaussian:
         sigma = window / 2
-        distance = positions.to(centres.dtype) - centres[..., None]  # (B, T, W), differentiable in p_t
+        distance = positions.to(centres.dtype) - centres[..., None]  # (B, L, W), differentiable in p_t
         weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))
-    context = (weights[..., None] * v_win.reshape(B, T, W, -1)).sum(dim=2)  # (B, T, W, Dv) -> (B, T, Dv)
+    context = (weights[..., None] * v_win.reshape(B, L, W, -1)).sum(dim=2)  # (B, L, W, Dv) -> (B, L, Dv)
     # end listing: window
     return context, weights, positions
 
 
 def window_to_dense(weights: torch.Tensor, positions: torch.Tensor, source_length: int) -> torch.Tensor:
-    """Window weights ``(B, T, W)`` at ``positions`` as ``(B, T, S)`` (zeros outside the window)."""
+    """Window weights ``(B, L, W)`` at ``positions`` as ``(B, L, S)`` (zeros outside the window)."""
     check_tensor("window_to_dense", "weights", weights)
     check_tensor("window_to_dense", "positions", positions, kind="integer", shape=tuple(weights.shape),
                  names=f"{tuple(weights.shape)} (that of weights)")

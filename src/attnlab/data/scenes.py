@@ -37,8 +37,8 @@ _FIRST_SHAPE = _FIRST_COLOUR + len(COLOURS)
 class SceneTask:
     """Images and their captions.
 
-    ``images (n, 3, H, W)`` in [0, 1]; ``captions (n, T)`` token ids ending with ``<end>``, padded
-    with 0; ``lengths (n,)`` (``<end>`` included); ``cells (n, T)`` the layout cell (row-major,
+    ``images (n, 3, P, P)`` (``P = image_size``) in [0, 1]; ``captions (n, L)`` token ids ending with ``<end>``, padded
+    with 0; ``lengths (n,)`` (``<end>`` included); ``cells (n, L)`` the layout cell (row-major,
     ``0 .. grid**2 - 1``) of the object each word names, ``-1`` for commas, ``<end>`` and padding;
     ``grid`` the layout size.
     """
@@ -136,9 +136,9 @@ def make_scenes(
     if noise:
         images = (images + noise * torch.randn(images.shape, generator=g)).clamp(0, 1)
 
-    T = 3 * max_objects  # colour shape , ... colour shape <end>
-    captions = torch.zeros(n, T, dtype=torch.long)
-    cells = torch.full((n, T), -1, dtype=torch.long)
+    L = 3 * max_objects  # colour shape , ... colour shape <end>
+    captions = torch.zeros(n, L, dtype=torch.long)
+    cells = torch.full((n, L), -1, dtype=torch.long)
     for k in range(max_objects):
         here = present[:, k]
         captions[:, 3 * k] = torch.where(here, _FIRST_COLOUR + colour[:, k], captions[:, 3 * k])

@@ -87,8 +87,8 @@ class Batch:
     Shapes:
         src: ``(B, S)`` source ids, padded with PAD on the right.
         src_lengths: ``(B,)`` true source lengths.
-        tgt_in: ``(B, T)`` decoder inputs: START, then the target (teacher forcing).
-        tgt_out: ``(B, T)`` what the decoder must predict: the target, then END.
+        tgt_in: ``(B, L)`` decoder inputs: START, then the target (teacher forcing).
+        tgt_out: ``(B, L)`` what the decoder must predict: the target, then END.
     """
 
     src: torch.Tensor

@@ -1,6 +1,6 @@
 """Show, attend and tell (Xu et al. 2015): image captioning with soft or hard attention (chapter 4).
 
-A small CNN turns an image into a grid of ``L`` annotation vectors ``a_1 .. a_L`` (one per
+A small CNN turns an image into a grid of ``S`` annotation vectors ``a_1 .. a_S`` (one per
 region, ``D`` numbers each); an LSTM writes the caption one word at a time. At step ``t`` the
 attention MLP ``f_att`` scores every region against the previous hidden state, a softmax gives
 the weights ``alpha_t``, and one of two mechanisms turns them into the context ``z_t``:
@@ -11,8 +11,9 @@ the weights ``alpha_t``, and one of two mechanisms turns them into the context `
 
 The two variants share every line but ``attend`` (``SoftCaptioner``, ``HardCaptioner``).
 
-Shapes: images ``(B, 3, H, W)``; annotations ``(B, L, D)`` with ``L = (H / 2**blocks)**2``;
-captions ``(B, T)``; logits ``(B, T, V)``; weights ``(B, T, L)``.
+Shapes: images ``(B, 3, P, P)`` (``P`` pixels a side); annotations ``(B, S, D)`` with ``S = grid**2``
+(Xu et al. write ``L`` for this number; here ``L`` is the caption's length, as everywhere in the book);
+captions ``(B, L)``; logits ``(B, L, V)``; weights ``(B, L, S)``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class CaptionerConfig:
     """Sizes of the captioner.
 
     The encoder has one 3x3 convolution + ReLU per entry of ``channels``, each but the last with
-    stride 2, and a final max-pool to a ``grid x grid`` map: ``L = grid**2`` regions of
+    stride 2, and a final max-pool to a ``grid x grid`` map: ``S = grid**2`` regions of
     ``D = channels[-1]`` numbers. ``image_size / 2**(len(channels) - 1)`` must be a multiple of
     ``grid`` so that every region covers the same square of pixels. ``init_from_mean``: start
     the LSTM from the mean annotation, as Xu et al. do; by default it starts from zeros, so that
@@ -71,7 +72,7 @@ class CaptionerConfig:
 
 
 class ConvEncoder(nn.Module):
-    """Image ``(B, 3, H, W)`` -> annotations ``(B, L, D)``, one vector per region, row-major.
+    """Image ``(B, 3, P, P)`` -> annotations ``(B, S, D)``, one vector per region, row-major.
 
     Xu et al. take the annotations from a lower convolutional layer (not the last, pooled one)
     so that each vector describes one part of the image. Here the last max-pool gathers each
@@ -98,17 +99,17 @@ class ConvEncoder(nn.Module):
         check_tensor("ConvEncoder", "images", images, kind="float", shape=(None, 3, size, size),
                      names=f"(B, 3, {size}, {size})")
         features = self.cnn(images)  # (B, D, grid, grid)
-        return features.flatten(2).transpose(1, 2) + self.position  # (B, D, L) -> (B, L, D)
+        return features.flatten(2).transpose(1, 2) + self.position  # (B, D, S) -> (B, S, D)
 
 
 @dataclass
 class CaptionOutput:
     """What a captioner returns.
 
-    ``logits (B, T, V)``; ``weights (B, T, L)`` the attention weights ``alpha_t``;
-    ``locations (B, T)`` the attended region (sampled or argmax for hard attention, argmax of the
-    weights for soft); ``log_prob (B, T)`` the log-probability of each sampled location (hard,
-    sampling only; else ``None``); ``tokens (B, T)`` the generated words (``generate`` only).
+    ``logits (B, L, V)``; ``weights (B, L, S)`` the attention weights ``alpha_t``;
+    ``locations (B, L)`` the attended region (sampled or argmax for hard attention, argmax of the
+    weights for soft); ``log_prob (B, L)`` the log-probability of each sampled location (hard,
+    sampling only; else ``None``); ``tokens (B, L)`` the generated words (``generate`` only).
     """
 
     logits: torch.Tensor
@@ -118,7 +119,7 @@ class CaptionOutput:
     tokens: torch.Tensor | None = None
 
     def entropy(self) -> torch.Tensor:
-        """Entropy of each step's attention weights, ``(B, T)``."""
+        """Entropy of each step's attention weights, ``(B, L)``."""
         return attention_entropy(self.weights)
 
 
@@ -151,7 +152,7 @@ class Captioner(nn.Module):
     def attend(
         self, weights: torch.Tensor, annotations: torch.Tensor, generator: torch.Generator | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """``(weights (B, L), annotations (B, L, D))`` -> ``(z (B, D), location (B,), log_prob (B,) or None)``."""
+        """``(weights (B, S), annotations (B, S, D))`` -> ``(z (B, D), location (B,), log_prob (B,) or None)``."""
         raise NotImplementedError
 
     def _step(
@@ -159,28 +160,28 @@ class Captioner(nn.Module):
         generator: torch.Generator | None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None]:
         h, c = state
-        scores = self.f_att(h[:, None, :], annotations)[:, 0]  # (B, 1, H), (B, L, D) -> (B, L)
-        weights = scores.softmax(-1)  # (B, L): alpha_t
+        scores = self.f_att(h[:, None, :], annotations)[:, 0]  # (B, 1, D_h), (B, S, D) -> (B, S)
+        weights = scores.softmax(-1)  # (B, S): alpha_t
         z, location, log_prob = self.attend(weights, annotations, generator)  # (B, D)
         y = self.embedding(word)  # (B,) -> (B, E)
-        h, c = self.lstm(torch.cat([y, z], dim=-1), (h, c))  # (B, E + D) -> (B, H)
+        h, c = self.lstm(torch.cat([y, z], dim=-1), (h, c))  # (B, E + D) -> (B, D_h)
         logits = self.L_o(y + self.L_h(h) + self.L_z(z))  # deep output: (B, E) -> (B, V)
         return logits, (h, c), weights, location, log_prob
 
     def _start(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        annotations = self.encoder(images)  # (B, L, D)
+        annotations = self.encoder(images)  # (B, S, D)
         if self.config.init_from_mean:  # Xu et al.: h_0, c_0 from the mean annotation
             mean = annotations.mean(dim=1)  # (B, D)
             return annotations, (torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean)))
-        zeros = annotations.new_zeros(len(annotations), self.config.hidden_dim)  # (B, H)
+        zeros = annotations.new_zeros(len(annotations), self.config.hidden_dim)  # (B, D_h)
         return annotations, (zeros, zeros)
 
     def forward(
         self, images: torch.Tensor, captions_in: torch.Tensor, *, generator: torch.Generator | None = None
     ) -> CaptionOutput:
-        """Teacher forcing: ``captions_in (B, T)`` starts with ``<start>`` (``shift_captions``)."""
+        """Teacher forcing: ``captions_in (B, L)`` starts with ``<start>`` (``shift_captions``)."""
         name = type(self).__name__
-        check_tensor(name, "captions_in", captions_in, kind="long", dim=2, names="(B, T)")
+        check_tensor(name, "captions_in", captions_in, kind="long", dim=2, names="(B, L)")
         check_tensor(name, "images", images, kind="float")
         if len(images) != len(captions_in):
             raise ValueError(f"{name}: images and captions_in must have the same batch size, got {len(images)} and "
@@ -222,7 +223,7 @@ class SoftCaptioner(Captioner):
     def attend(
         self, weights: torch.Tensor, annotations: torch.Tensor, generator: torch.Generator | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        z = (weights[:, None, :] @ annotations)[:, 0]  # (B, 1, L) @ (B, L, D) -> (B, D)
+        z = (weights[:, None, :] @ annotations)[:, 0]  # (B, 1, S) @ (B, S, D) -> (B, D)
         return z, weights.argmax(-1), None
 
 
@@ -257,8 +258,8 @@ class HardCaptioner(Captioner):
 
 
 def region_cells(config: CaptionerConfig, grid: int) -> torch.Tensor:
-    """Layout cell (of a ``grid x grid`` scene layout) that holds the centre of each region, ``(L,)``."""
+    """Layout cell (of a ``grid x grid`` scene layout) that holds the centre of each region, ``(S,)``."""
     check_int("region_cells", "grid", grid)
     side = config.grid
     centre = (torch.arange(side) + 0.5) * grid // side  # region row/column -> layout row/column
-    return (centre[:, None] * grid + centre[None, :]).flatten().long()  # (side, side) -> (L,)
+    return (centre[:, None] * grid + centre[None, :]).flatten().long()  # (side, side) -> (S,)

@@ -6,8 +6,9 @@ notes ("before attention"): the encoder's last hidden state, or the mean or the 
 its hidden states. The *peeky* decoder (Deep Learning from Scratch 2, ch. 7) feeds the context
 to every decoding step instead of only the first.
 
-Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` encoder output size
-(``hidden_dim``, doubled when bidirectional), ``V`` vocabulary size.
+Shapes: ``B`` batch, ``S`` source length, ``L`` target length (decoder steps), ``D_h`` the size of
+a recurrent layer's state (``hidden_dim``), ``D`` the size of the encoder's states ``hs`` (``D_h``,
+doubled when bidirectional), ``E`` embedding size, ``V`` vocabulary size.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _packed_rnn(rnn: nn.RNNBase, x: torch.Tensor, lengths: torch.Tensor) -> tupl
     packed = pack_padded_sequence(x.index_select(0, order), sorted_lengths, batch_first=True)
     outputs, state = rnn(packed)
     hs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])  # (B, S, D), sorted
-    if isinstance(state, tuple):  # LSTM: (h, c), each (directions, B, H)
+    if isinstance(state, tuple):  # LSTM: (h, c), each (directions, B, D_h)
         return hs.index_select(0, restore), (state[0].index_select(1, restore), state[1].index_select(1, restore))
     return hs.index_select(0, restore), state.index_select(1, restore)
 
@@ -160,9 +161,9 @@ class Encoder(nn.Module):
         B, S = src.shape
         embedded = self.embedding(src)  # (B, S) -> (B, S, E)
         hs, state = _packed_rnn(self.rnn, embedded, src_lengths.to("cpu", torch.long))  # (B, S, D)
-        h = state[0] if isinstance(state, tuple) else state  # (directions, B, H)
+        h = state[0] if isinstance(state, tuple) else state  # (directions, B, D_h)
         # forward direction's last state, and for a bidirectional encoder the backward direction's
-        # state after reading the first token: (directions, B, H) -> (B, D)
+        # state after reading the first token: (directions, B, D_h) -> (B, D)
         last = torch.cat([h[0], h[1]], dim=-1) if self.config.bidirectional else h[0]
         mask = torch.arange(S, device=src.device)[None, :] < src_lengths.to(src.device)[:, None]  # (B, S)
         return EncoderOutput(hs=hs, mask=mask, context=summarize(hs, last, mask, self.config.context))
@@ -176,7 +177,7 @@ class Decoder(nn.Module):
     input of the output layer.
 
     Subclasses (the attention decoders of chapter 2) override ``forward``; its third return
-    value is the attention weights ``(B, T, S)``, ``None`` here.
+    value is the attention weights ``(B, L, S)``, ``None`` here.
     """
 
     def __init__(self, config: Seq2SeqConfig):
@@ -194,27 +195,27 @@ class Decoder(nn.Module):
         return peek, peek
 
     def init_state(self, memory: EncoderOutput) -> State:
-        h0 = torch.tanh(self.bridge(memory.context))[None]  # (B, D) -> (1, B, H)
+        h0 = torch.tanh(self.bridge(memory.context))[None]  # (B, D) -> (1, B, D_h)
         return (h0, torch.zeros_like(h0)) if self.config.cell == "lstm" else h0
 
     def forward(
         self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
     ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
         # listing: decoder-steps
-        T = tgt_in.shape[1]
-        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        L = tgt_in.shape[1]
+        x = self.embedding(tgt_in)  # (B, L) -> (B, L, E)
         if self.config.peeky:
-            peek = memory.context[:, None, :].expand(-1, T, -1)  # (B, D) -> (B, T, D)
-            x = torch.cat([x, peek], dim=-1)  # (B, T, E + D)
-        out, state = self.rnn(x, state)  # (B, T, H)
+            peek = memory.context[:, None, :].expand(-1, L, -1)  # (B, D) -> (B, L, D)
+            x = torch.cat([x, peek], dim=-1)  # (B, L, E + D)
+        out, state = self.rnn(x, state)  # (B, L, D_h)
         if self.config.peeky:
-            out = torch.cat([out, peek], dim=-1)  # (B, T, H + D)
-        return self.out(out), state, None  # logits (B, T, V)
+            out = torch.cat([out, peek], dim=-1)  # (B, L, D_h + D)
+        return self.out(out), state, None  # logits (B, L, V)
         # end listing: decoder-steps
 
 
 def _query_state(state: State) -> torch.Tensor:
-    """The decoder's current hidden state as a query: (1, B, H) -> (B, 1, H)."""
+    """The decoder's current hidden state as a query: (1, B, D_h) -> (B, 1, D_h)."""
     h = state[0] if isinstance(state, tuple) else state
     return h[-1][:, None, :]
 
@@ -223,7 +224,7 @@ class AttentionDecoder(Decoder):
     """What the attention decoders share: a score module over the encoder states (chapter 2).
 
     Subclasses set ``default_score`` and implement ``forward``, returning the attention weights
-    ``(B, T, S)`` as its third value.
+    ``(B, L, S)`` as its third value.
     """
 
     default_score = "general"
@@ -258,21 +259,21 @@ class BahdanauDecoder(AttentionDecoder):
     def forward(
         self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
     ) -> tuple[torch.Tensor, State, torch.Tensor]:
-        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
+        x = self.embedding(tgt_in)  # (B, L) -> (B, L, E)
         mask = memory.mask[:, None, :]  # (B, S) -> (B, 1, S): padding takes no part
         outputs, all_weights = [], []
         # listing: bahdanau-steps
         for t in range(tgt_in.shape[1]):
-            scores = self.score(_query_state(state), memory.hs)  # (B, 1, H), (B, S, D) -> (B, 1, S)
+            scores = self.score(_query_state(state), memory.hs)  # (B, 1, D_h), (B, S, D) -> (B, 1, S)
             weights = masked_softmax(scores, mask)  # (B, 1, S)
             context = weights @ memory.hs  # (B, 1, S) @ (B, S, D) -> (B, 1, D)
             step_input = torch.cat([x[:, t : t + 1], context], dim=-1)  # (B, 1, E + D)
-            out, state = self.rnn(step_input, state)  # (B, 1, H)
-            outputs.append(torch.cat([out, context], dim=-1))  # (B, 1, H + D)
+            out, state = self.rnn(step_input, state)  # (B, 1, D_h)
+            outputs.append(torch.cat([out, context], dim=-1))  # (B, 1, D_h + D)
             all_weights.append(weights)
         # end listing: bahdanau-steps
-        logits = self.out(torch.cat(outputs, dim=1))  # (B, T, H + D) -> (B, T, V)
-        return logits, state, torch.cat(all_weights, dim=1)  # weights (B, T, S)
+        logits = self.out(torch.cat(outputs, dim=1))  # (B, L, D_h + D) -> (B, L, V)
+        return logits, state, torch.cat(all_weights, dim=1)  # weights (B, L, S)
 
 
 class LuongDecoder(AttentionDecoder):
@@ -304,12 +305,12 @@ class LuongDecoder(AttentionDecoder):
         self, tgt_in: torch.Tensor, state: State, memory: EncoderOutput
     ) -> tuple[torch.Tensor, State, torch.Tensor]:
         # listing: luong-steps
-        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
-        h, state = self.rnn(x, state)  # (B, T, H): every target position at once
-        scores = self.score(h, memory.hs)  # (B, T, H), (B, S, D) -> (B, T, S)
-        weights = masked_softmax(scores, memory.mask[:, None, :])  # (B, T, S)
-        context = weights @ memory.hs  # (B, T, S) @ (B, S, D) -> (B, T, D)
-        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
+        x = self.embedding(tgt_in)  # (B, L) -> (B, L, E)
+        h, state = self.rnn(x, state)  # (B, L, D_h): every target position at once
+        scores = self.score(h, memory.hs)  # (B, L, D_h), (B, S, D) -> (B, L, S)
+        weights = masked_softmax(scores, memory.mask[:, None, :])  # (B, L, S)
+        context = weights @ memory.hs  # (B, L, S) @ (B, S, D) -> (B, L, D)
+        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, L, D_h)
         return self.out(attentional), state, weights
         # end listing: luong-steps
 
@@ -317,7 +318,7 @@ class LuongDecoder(AttentionDecoder):
 @dataclass
 class LocalState:
     """A local decoder's state: the recurrent state, the number of target steps taken so far, and
-    the window centres ``p_t`` of the steps of the call that returned it, ``(B, T)`` (``None``
+    the window centres ``p_t`` of the steps of the call that returned it, ``(B, L)`` (``None``
     before the first step).
 
     The centres travel in the returned state, not on the module: a model that stored them would
@@ -342,18 +343,18 @@ class PositionPredictor(nn.Module):
         self.v_p = nn.Linear(attention_dim, 1, bias=False)
 
     def forward(self, h: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``h (B, T, H)``, ``lengths (B,)`` -> centres ``(B, T)`` in ``[0, lengths - 1]``."""
-        share = torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)  # (B, T) in (0, 1)
+        """``h (B, L, D_h)``, ``lengths (B,)`` -> centres ``(B, L)`` in ``[0, lengths - 1]``."""
+        share = torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)  # (B, L) in (0, 1)
         return (lengths[:, None] - 1).to(h.dtype) * share
 
 
 class LuongLocalDecoder(LuongDecoder):
-    r"""Luong et al. (2015) with local attention: each target step attends to ``2D + 1`` positions.
+    r"""Luong et al. (2015) with local attention: each target step attends to ``2w + 1`` positions.
 
     Defined in chapter 4. ``mode="local-m"`` centres the window of step ``t`` on source position
     ``t`` (monotonic alignment); ``mode="local-p"`` predicts the centre with ``PositionPredictor``
-    and weights the window by a Gaussian of :math:`\sigma = D / 2` around it. The window is
-    gathered (``local_attention``), so the attention costs ``O(T D)``, not ``O(T S)``. Everything
+    and weights the window by a Gaussian of :math:`\sigma = w / 2` around it. The window is
+    gathered (``local_attention``), so the attention costs ``O(L w)``, not ``O(L S)``. Everything
     else is ``LuongDecoder``. The weights returned are spread over the ``S`` source positions
     (zeros outside the window), for plots and alignment measures; the returned state holds the
     centres of the steps just taken (``LocalState.centres``).
@@ -361,7 +362,7 @@ class LuongLocalDecoder(LuongDecoder):
     Args:
         config: the model's configuration (``peeky`` must be False).
         mode: ``"local-m"`` or ``"local-p"``.
-        window: ``D``, half the window.
+        window: the half-width ``w`` (Luong et al.'s ``D``).
         score: a score name (``"general"`` by default).
         attention_dim: hidden size of the additive/concat scores and of the position predictor.
     """
@@ -373,7 +374,7 @@ class LuongLocalDecoder(LuongDecoder):
         attention_dim: int = 64,
     ):
         check_choice("LuongLocalDecoder", "mode", mode, self.MODES)
-        check_int("LuongLocalDecoder", "window", window)  # D, half the window
+        check_int("LuongLocalDecoder", "window", window)  # w, half the window
         super().__init__(config, score, attention_dim)
         self.mode, self.window = mode, window
         self.predictor = PositionPredictor(config.hidden_dim, attention_dim) if mode == "local-p" else None
@@ -386,22 +387,22 @@ class LuongLocalDecoder(LuongDecoder):
     ) -> tuple[torch.Tensor, LocalState, torch.Tensor]:
         if not isinstance(state, LocalState):
             raise TypeError(f"LuongLocalDecoder: state must come from init_state, got {type(state).__name__}")
-        x = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
-        h, rnn_state = self.rnn(x, state.rnn)  # (B, T, H)
-        B, T = h.shape[:2]
+        x = self.embedding(tgt_in)  # (B, L) -> (B, L, E)
+        h, rnn_state = self.rnn(x, state.rnn)  # (B, L, D_h)
+        B, L = h.shape[:2]
         lengths = memory.mask.sum(dim=1)  # (B,)
         if self.mode == "local-m":  # p_t = t, kept inside each source
-            t = torch.arange(state.step, state.step + T, device=h.device, dtype=h.dtype)
-            centres = torch.minimum(t[None, :].expand(B, T), (lengths[:, None] - 1).to(h.dtype))
+            t = torch.arange(state.step, state.step + L, device=h.device, dtype=h.dtype)
+            centres = torch.minimum(t[None, :].expand(B, L), (lengths[:, None] - 1).to(h.dtype))
         else:
-            centres = self.predictor(h, lengths)  # (B, T)
+            centres = self.predictor(h, lengths)  # (B, L)
         context, window_weights, positions = local_attention(
             self.score, h, memory.hs, memory.hs, centres, self.window, lengths=lengths,
             gaussian=self.mode == "local-p",
-        )  # (B, T, D), (B, T, W), (B, T, W)
-        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, T, H)
-        weights = window_to_dense(window_weights, positions, memory.hs.shape[1])  # (B, T, S)
-        return self.out(attentional), LocalState(rnn_state, state.step + T, centres.detach()), weights
+        )  # (B, L, D), (B, L, W), (B, L, W)
+        attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, L, D_h)
+        weights = window_to_dense(window_weights, positions, memory.hs.shape[1])  # (B, L, S)
+        return self.out(attentional), LocalState(rnn_state, state.step + L, centres.detach()), weights
 
 
 class Seq2Seq(nn.Module):
@@ -433,10 +434,10 @@ class Seq2Seq(nn.Module):
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher forcing: logits ``(B, T, V)`` for every target position, and the attention
-        weights ``(B, T, S)`` (``None`` for decoders without attention)."""
+        """Teacher forcing: logits ``(B, L, V)`` for every target position, and the attention
+        weights ``(B, L, S)`` (``None`` for decoders without attention)."""
         lengths = self._check_source(src, src_lengths)
-        check_tensor("Seq2Seq", "tgt_in", tgt_in, kind="long", shape=(src.shape[0], None), names=f"({src.shape[0]}, T)")
+        check_tensor("Seq2Seq", "tgt_in", tgt_in, kind="long", shape=(src.shape[0], None), names=f"({src.shape[0]}, L)")
         memory = self.encoder(src, lengths)
         logits, _, weights = self.decoder(tgt_in, self.decoder.init_state(memory), memory)
         return logits, weights
@@ -452,9 +453,9 @@ class Seq2Seq(nn.Module):
         method cannot run on the meta device; its steps, ``greedy_steps``, can).
 
         Returns:
-            tokens ``(B, T')`` with ``T' <= max_len`` (END included where it was produced;
+            tokens ``(B, L')`` with ``L' <= max_len`` (END included where it was produced;
             decode each row with ``CharVocab.decode``), and the attention weights
-            ``(B, T', S)`` or ``None``.
+            ``(B, L', S)`` or ``None``.
         """
         lengths = self._check_source(src, src_lengths)  # on the CPU: checked again there at no cost
         check_int("Seq2Seq.greedy_decode", "max_len", max_len)

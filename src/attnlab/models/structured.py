@@ -2,7 +2,7 @@
 
 - ``StructuredSelfAttention`` and ``StructuredClassifier``: the structured self-attentive
   sentence embedding of Lin et al. (2017). ``r`` attention *hops* read a BiLSTM's states,
-  :math:`A = \\mathrm{softmax}(W_{s2} \\tanh(W_{s1} H^\\top))` (``r x n``), :math:`M = A H`; the
+  :math:`A = \\mathrm{softmax}(W_{s2} \\tanh(W_{s1} hs^\\top))` (``r x n``), :math:`M = A \\, hs`; the
   penalty :math:`\\lVert A A^\\top - I \\rVert_F^2` pushes the hops to read different places.
 - ``AttentionPool`` and ``HierarchicalClassifier``: hierarchical attention (Yang et al. 2016):
   words into sentence vectors, sentences into a document vector, each by attention with a
@@ -72,7 +72,7 @@ def _check_sizes(config: object) -> None:
 
 
 class StructuredSelfAttention(nn.Module):
-    """``r`` hops over a sequence of states: ``A = softmax(W_s2 tanh(W_s1 H^T))``, ``M = A H``."""
+    """``r`` hops over a sequence of states: ``A = softmax(W_s2 tanh(W_s1 hs^T))``, ``M = A hs``."""
 
     def __init__(self, input_dim: int, attention_dim: int, hops: int):
         super().__init__()

@@ -13,9 +13,9 @@ and values of the encoder output computed once. ``copy_from_torch_transformer`` 
 weights of a ``torch.nn.Transformer`` into the encoder and decoder stacks, so that the two can be
 compared. ``warmup_schedule`` is the paper's learning-rate schedule.
 
-Shapes: source tokens ``(B, S)``, target tokens ``(B, T)``, model size ``D = d_model``, heads
-``H``; encoder output (memory) ``(B, S, D)``; logits ``(B, T, V)``; self-attention weights
-``(B, H, S, S)`` / ``(B, H, T, T)``, cross-attention weights ``(B, H, T, S)``.
+Shapes: source tokens ``(B, S)``, target tokens ``(B, L)``, model size ``D = d_model``, heads
+``H``; encoder output (memory) ``(B, S, D)``; logits ``(B, L, V)``; self-attention weights
+``(B, H, S, S)`` / ``(B, H, L, L)``, cross-attention weights ``(B, H, L, S)``.
 """
 
 from __future__ import annotations
@@ -224,29 +224,29 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor | None]]:
-        """``y (B, T, D)``: new target positions; ``memory (B, S, D)``; ``memory_mask (B, 1, 1, S)``.
+        """``y (B, L, D)``: new target positions; ``memory (B, S, D)``; ``memory_mask (B, 1, 1, S)``.
 
         Without a cache, ``y`` holds the whole target and the self-attention is causal. With a
-        cache, ``y`` holds the ``T`` positions after the ``cache.length`` already decoded; their
+        cache, ``y`` holds the ``L`` positions after the ``cache.length`` already decoded; their
         keys and values are appended to the cache (which is updated in place), and the causal
         mask is aligned bottom-right so that the new positions see every earlier one.
 
-        Returns ``(y (B, T, D), (self weights (B, H, T, t + T), cross weights (B, H, T, S)))``.
+        Returns ``(y (B, L, D), (self weights (B, H, L, t + L), cross weights (B, H, L, S)))``.
         """
 
         def self_attend(h: torch.Tensor):
-            q = self.self_attn.project_q(h)  # (B, T, D) -> (B, H, T, E)
-            k, v = self.self_attn.project_kv(h, h)  # (B, H, T, E) each
+            q = self.self_attn.project_q(h)  # (B, L, D) -> (B, H, L, E)
+            k, v = self.self_attn.project_kv(h, h)  # (B, H, L, E) each
             if cache is not None:
                 if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, E) + (B, H, T, E) -> (B, H, t + T, E)
+                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, E) + (B, H, L, E) -> (B, H, t + L, E)
                     v = torch.cat([cache.self_v, v], dim=2)
                 cache.self_k, cache.self_v = k, v
-            mask = causal_mask(q.shape[2], k.shape[2], align="bottom-right", device=h.device)  # (T, t + T)
+            mask = causal_mask(q.shape[2], k.shape[2], align="bottom-right", device=h.device)  # (L, t + L)
             return self.self_attn.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=False)
 
         def cross_attend(h: torch.Tensor):
-            q = self.cross_attn.project_q(h)  # (B, T, D) -> (B, H, T, E)
+            q = self.cross_attn.project_q(h)  # (B, L, D) -> (B, H, L, E)
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v  # the memory does not change while decoding
             else:
@@ -296,7 +296,7 @@ class TransformerDecoder(nn.Module):
         caches: list[KVCache] | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor | None, torch.Tensor | None]]]:
-        """``y (B, T, D)`` -> ``(y (B, T, D), [(self, cross) weights per layer])``."""
+        """``y (B, L, D)`` -> ``(y (B, L, D), [(self, cross) weights per layer])``."""
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"TransformerDecoder: expected {len(self.layers)} caches, got {len(caches)}")
         weights = []
@@ -360,7 +360,7 @@ class Transformer(nn.Module):
         caches: list[KVCache] | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor | None, torch.Tensor | None]]]:
-        """``tgt_in (B, T)`` (the positions after those in ``caches``) -> ``(logits (B, T, V), weights)``."""
+        """``tgt_in (B, L)`` (the positions after those in ``caches``) -> ``(logits (B, L, V), weights)``."""
         start = 0 if caches is None else caches[0].length if caches else 0
         y, weights = self.decoder(self.tgt_embed(tgt_in, start), memory, src_mask, caches, need_weights)
         return self.generator(y), weights
@@ -368,7 +368,7 @@ class Transformer(nn.Module):
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
     ) -> tuple[torch.Tensor, TransformerWeights | None]:
-        """Teacher-forced logits ``(B, T, V)``, and every layer's weights if ``need_weights``."""
+        """Teacher-forced logits ``(B, L, V)``, and every layer's weights if ``need_weights``."""
         memory, src_mask, enc_w = self.encode(src, src_lengths, need_weights)
         logits, dec_w = self.decode(tgt_in, memory, src_mask, need_weights=need_weights)
         if not need_weights:
@@ -389,8 +389,8 @@ class Transformer(nn.Module):
         ``greedy_steps``, can).
 
         Returns:
-            tokens ``(B, T')`` (END included where produced) and the last decoder layer's
-            cross-attention weights averaged over heads, ``(B, T', S)``.
+            tokens ``(B, L')`` (END included where produced) and the last decoder layer's
+            cross-attention weights averaged over heads, ``(B, L', S)``.
         """
         check_int("Transformer.greedy_decode", "max_len", max_len)
         done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
