@@ -2,7 +2,7 @@
 
 ``python book/figures/draw.py`` rewrites every ``book/figures/*.svg`` from the functions below;
 ``python book/figures/draw.py --check`` only reports the files that differ from what this source
-draws. ``tests/book/test_figures.py`` does the same check, so a committed SVG is always what this
+draws. ``tests/book/test_figure_sources.py`` does the same check, so a committed SVG is always what this
 file produces: change a figure here, never in the SVG.
 
 One visual language for the whole book (``book/notation.md`` says it in a sentence, and
@@ -34,7 +34,7 @@ and dark pages (an SVG shown through ``<img>`` cannot see the page's theme); the
 give the image the theme's ``dark-light`` class, which tells pydata-sphinx-theme not to dim it.
 Text is DejaVu Sans (the site's machine has it; other machines fall back to their sans-serif), at
 least ``SMALL`` = 13 px at the intrinsic size, and no figure is wider than ``MAX_WIDTH`` pixels,
-so that at a phone's width the text is still about 9 px or more.
+so that on a phone 390 px wide, where a figure gets 342 px, no text is under 8 px.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ FONT = "'DejaVu Sans', 'Bitstream Vera Sans', Verdana, sans-serif"
 MONO = "'DejaVu Sans Mono', 'Bitstream Vera Sans Mono', monospace"
 SIZE = 15  # ordinary text, px at the intrinsic size
 SMALL = 13  # the smallest text anywhere (shapes, subscripts, notes)
-MAX_WIDTH = 560  # px; the site's text column is 688 px wide on a desktop, 358 px on a phone
+MAX_WIDTH = 540  # px; the site's figures get 688 px on a desktop and 342 px on a 390 px phone
 
 INK = "#1b2a41"  # text
 MUTED = "#4d5d74"  # secondary text: shapes, notes
@@ -449,15 +449,15 @@ def figure(name: str) -> Callable[[Callable[[], Figure]], Callable[[], Figure]]:
 @figure("seq2seq")
 def seq2seq() -> Figure:
     """Chapter 1: the encoder's states, the one context vector, the decoder (``models.seq2seq``)."""
-    f = Figure(560, 390, "An encoder-decoder with one fixed-length context vector",
+    f = Figure(540, 390, "An encoder-decoder with one fixed-length context vector",
                "A GRU encoder reads x_1 to x_S and produces states h_1 to h_S; only the context "
                "vector c (the last state, or the mean or maximum of all states) reaches the decoder, "
                "whose first state is tanh(W c); the decoder GRU then writes y_1 to y_T.")
     bw, bh = 46, 32
-    f.rect(10, 10, 262, 222, fill="#eef2f8", stroke="none", rx=9)
-    f.rect(238, 244, 312, 136, fill="#eef2f8", stroke="none", rx=9)
+    f.rect(10, 10, 248, 222, fill="#eef2f8", stroke="none", rx=9)
+    f.rect(222, 244, 308, 136, fill="#eef2f8", stroke="none", rx=9)
     f.panel(20, 32, "encoder")
-    f.text(248, 372, "decoder", anchor="start", bold=True)
+    f.text(232, 372, "decoder", anchor="start", bold=True)
 
     def chain(boxes: list[Box], states: list[str]) -> None:
         for i in range(1, len(boxes)):
@@ -474,7 +474,7 @@ def seq2seq() -> Figure:
 
     # encoder: x_s -> GRU -> h_s
     enc = []
-    for x, sub in zip([22, 92, 190], ["1", "2", "S"]):
+    for x, sub in zip([20, 86, 180], ["1", "2", "S"]):
         box = f.layer(x, 112, bw, bh, "GRU", size=SMALL)
         enc.append(box)
         f.arrow((box.cx, 184), box.base)
@@ -490,7 +490,7 @@ def seq2seq() -> Figure:
     f.text(20, 309, "the decoder, however long", anchor="start", size=SMALL, color=MUTED)
     f.text(20, 326, "the source.", anchor="start", size=SMALL, color=MUTED)
     # the context vector
-    c = f.tensor(294, 50, 4, 1, 14)
+    c = f.tensor(278, 50, 4, 1, 14)
     f.rect(c.x - 3, c.y - 3, c.w + 6, c.h + 6, stroke=INK, width=2.2)
     f.arrow((enc[-1].cx + 22, 71.5), (c.x - 4, 71.5))
     f.text(c.right + 12, 64, "$**c**$ = $h_S$", anchor="start")
@@ -500,7 +500,7 @@ def seq2seq() -> Figure:
     # decoder: s_0 = tanh(W c), then s_t = GRU(y_{t-1}, s_{t-1}), p(y_t) = softmax(W s_t)
     bridge = f.layer(c.cx - 39, 290, 78, 30, "tanh($W$**c**)", size=SMALL)
     f.arrow((c.cx, c.bottom + 3), bridge.top)
-    dec = [f.layer(x, 289, 42, bh, "GRU", size=SMALL) for x in (358, 422, 500)]
+    dec = [f.layer(x, 289, 42, bh, "GRU", size=SMALL) for x in (342, 404, 482)]
     f.arrow(bridge.east, dec[0].west)
     f.text(bridge.right + 4, bridge.y - 4, "$s$_0", anchor="start", size=SMALL)
     chain(dec, ["$s$_1", ""])
@@ -623,7 +623,7 @@ def bahdanau_luong() -> Figure:
 
     def attend(cx: float, y_score: float, score: str, note: str, mem_x: float) -> tuple[Box, Box]:
         """Score layer (centred on y_score), softmax, alpha_t, weighted sum, c_t, bottom to top."""
-        box = f.layer(cx - 95, y_score - 19, 190, 38, score, note=note, size=SMALL)
+        box = f.layer(cx - 99, y_score - 19, 198, 38, score, note=note, size=SMALL)
         soft = f.op(cx, y_score - 63, "softmax", size=SMALL)
         f.arrow(box.top, soft.base)
         weights = f.tensor(cx - 30, y_score - 119, 1, 5, 12, values=[[a / max(ALPHA) for a in ALPHA]])
@@ -652,7 +652,7 @@ def bahdanau_luong() -> Figure:
     f.arrow((cat1.right + 18, cat1.cy), cat1.east)
     gru = f.layer(cx - 40, 268, 80, 34, "GRU", size=SMALL)
     f.arrow(cat1.top, gru.base)
-    f.arrow((prev.x, prev.cy), (22, prev.cy), (22, gru.cy), gru.west, role="query")
+    f.arrow((prev.x, prev.cy), (13, prev.cy), (13, gru.cy), gru.west, role="query")
     state = vec(cx, 236, "state", "$s_t$", side="west")
     f.arrow(gru.top, (cx, state.bottom + 1))
     cat2 = f.op(cx, 190, "[ ; ]", size=SMALL)
@@ -775,8 +775,7 @@ def soft_addressing() -> Figure:
     f.label(out.cx, out.cy, f"{read:.2f}", size=SMALL)
     f.arrow(total.east, out.west, role="value")
     f.text(out.cx, out.y - 10, "the answer", size=SMALL)
-    f.text(total.cx, total.bottom + 18, "weight × value,", size=SMALL, color=MUTED)
-    f.text(total.cx, total.bottom + 34, "summed", size=SMALL, color=MUTED)
+    f.text(out.cx, out.bottom + 18, "∑ weight × value", size=SMALL, color=MUTED)
     f.text(28, y0 + 222, "weights: the softmax of the scores ($T$ = 1); hard lookup is its limit as $T$ → 0",
            anchor="start", size=SMALL, color=MUTED)
     return f
@@ -794,7 +793,7 @@ def _shade(rows: Sequence[Sequence[float]]) -> list[list[float]]:
 @figure("three-stages")
 def three_stages() -> Figure:
     """Chapter 3: score, softmax, weighted sum, with every tensor's shape (``attention``)."""
-    f = Figure(540, 330, "The three stages of attention, with the shape of every tensor",
+    f = Figure(540, 344, "The three stages of attention, with the shape of every tensor",
                "Stage 1: the queries Q of shape (B, H, L, E) times the transposed keys K of shape "
                "(B, H, S, E), divided by the square root of E, give scores of shape (B, H, L, S). "
                "Stage 2: a softmax over the last axis, the keys, turns each row into weights that sum "
@@ -807,8 +806,8 @@ def three_stages() -> Figure:
     for x, name, formula in heads:
         f.text(x, 30, name, anchor="start", bold=True)
         f.text(x, 50, formula, anchor="start", size=SMALL, color=MUTED)
-    f.rect(194, 16, 1, 288, fill=CARD_EDGE, stroke="none")
-    f.rect(358, 16, 1, 288, fill=CARD_EDGE, stroke="none")
+    f.rect(194, 16, 1, 312, fill=CARD_EDGE, stroke="none")
+    f.rect(358, 16, 1, 312, fill=CARD_EDGE, stroke="none")
     q = f.tensor(34, top, 3, 2, c, role="query")
     f.text(q.cx, q.y - 10, "$Q$")
     kt = f.tensor(94, top - 16 - 2 * c, 2, 4, c, role="key")
@@ -818,15 +817,15 @@ def three_stages() -> Figure:
     f.arrow(q.east, (scores.x - 2, q.cy), role="query")
     f.arrow(kt.base, (kt.cx, scores.y - 2), role="key")
     f.text(q.cx + 4, q.bottom + 22, "($B$, $H$, $L$, $E$)", size=SMALL, color=MUTED)
-    f.text(scores.cx + 10, scores.bottom + 40, "scores ($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
+    f.text(scores.cx + 2, scores.bottom + 40, "scores ($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
     soft = f.op(230, scores.cy, "softmax", size=SMALL)
     f.arrow(scores.east, soft.west)
     w = f.tensor(278, top, 3, 4, c, values=_shade(WEIGHTS))
     f.arrow(soft.east, (w.x - 2, w.cy), role="weight")
     f.text(w.cx, w.bottom + 22, "($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
     f.text(w.cx, w.y - 10, "weights")
-    for i, line in enumerate(["row $i$: query $i$'s weights", "over the $S$ keys, summing", "to 1; a mask removes keys",
-                              "before the softmax"]):
+    for i, line in enumerate(["row $i$: query $i$'s", "weights over the $S$", "keys, summing to 1;",
+                              "a mask removes keys", "before the softmax"]):
         f.text(206, w.bottom + 56 + 16 * i, line, anchor="start", size=SMALL, color=MUTED)
     v = f.tensor(448, top - 16 - 4 * c, 4, 3, c, role="value")
     f.text(v.x - 8, v.cy - 2, "$V$", anchor="end")
@@ -859,7 +858,7 @@ def local_weights() -> list[float | None]:
 @figure("soft-hard-local")
 def soft_hard_local() -> Figure:
     """Chapter 4: soft, hard and local attention over the same nine parts of a source."""
-    f = Figure(540, 470, "Soft, hard and local attention over the same source",
+    f = Figure(540, 482, "Soft, hard and local attention over the same source",
                "The same nine parts a_1 to a_9 of a source, three ways; the bars are the weights. Soft: "
                "every part gets a weight and the context is the weighted sum of all of them. Hard: one "
                "part is sampled from the weights and is the context. Local: a window of 2D + 1 = 5 "
@@ -875,7 +874,7 @@ def soft_hard_local() -> Figure:
         ("local", "a window of parts,", local, "∑ over the window"),
     ]
     for r, (name, how, weights, context) in enumerate(rows):
-        y = 28 + r * 146
+        y = 28 + r * 152
         if r:
             f.rect(12, y - 14, 516, 1, fill=CARD_EDGE, stroke="none")
         f.text(20, y + 14, name, anchor="start", bold=True)
@@ -901,11 +900,11 @@ def soft_hard_local() -> Figure:
             f.text(x0 + HARD_PICK * step + 2, base - bar_h + 12, "drawn: $s$ = 5", anchor="start", size=SMALL)
         if name == "local":
             lo, hi = round(CENTRE) - HALF, round(CENTRE) + HALF
-            f.rect(x0 + (lo - 1) * step + 1, base - bar_h - 8, (hi - lo + 1) * step - 2, bar_h + 36,
+            f.rect(x0 + (lo - 1) * step + 1, base - bar_h - 8, (hi - lo + 1) * step - 2, bar_h + 33,
                    stroke=INK, width=1.4, rx=6, dash="5 4")
             px = x0 + (CENTRE - 0.5) * step
             f.path(f"M{fmt(px)} {fmt(base - bar_h - 8)} L{fmt(px)} {fmt(base)}", stroke=INK, width=1.2, dash="2 3")
-            f.text(px, base - bar_h - 14, "$p_t$", size=SMALL)
+            f.text(px, base - bar_h - 19, "$p_t$", size=SMALL)
             f.text(x0 + hi * step + 6, base - bar_h + 8, "window", anchor="start", size=SMALL)
             f.text(x0 + hi * step + 6, base - bar_h + 26, "$p_t$ ± $D$", anchor="start", size=SMALL)
     return f
@@ -1119,7 +1118,8 @@ def multihead() -> Figure:
     f.arrow(out_proj.east, (final.x - 1, out_proj.cy))
     f.text(final.right + 8, final.y + 14, "($B$, $L$, $D$)", anchor="start", size=SMALL, color=MUTED)
     f.text(merged.cx, merged.bottom + 20, "heads side by side", size=SMALL, color=MUTED)
-    f.text(out_proj.cx, out_proj.bottom + 25, "mixes the heads", size=SMALL, color=MUTED)
+    f.text(final.right + 8, final.y + 30, "`out_proj` mixes", anchor="start", size=SMALL, color=MUTED)
+    f.text(final.right + 8, final.y + 46, "the heads", anchor="start", size=SMALL, color=MUTED)
     return f
 
 
@@ -1156,9 +1156,9 @@ def masks() -> Figure:
                               (both, "both", "($B$, 1, $L$, $S$)")):
         f.text(box.cx, box.bottom + 22, title)
         f.text(box.cx, box.bottom + 40, shape, size=SMALL, color=MUTED)
-    f.add(f'<text transform="translate({fmt(pad.x - 22)} {fmt(pad.y)}) rotate(90)" '
-          f'font-size="{SMALL}" fill="{MUTED}">query →</text>')
-    f.text(causal.x, 82, "key →", anchor="start", size=SMALL, color=MUTED)
+    f.text(pad.x - 6, pad.y + 12, "query", anchor="end", size=SMALL, color=MUTED)
+    f.text(pad.x - 24, pad.y + 30, "↓", size=SMALL, color=MUTED)
+    f.text(causal.x, 82, "key →", anchor="start", size=SMALL, color=MUTED)  # the columns
     f.rect(62, 262, 14, 14, fill=on, stroke=FAINT)
     f.text(82, 274, "True: the key takes part", anchor="start", size=SMALL)
     f.rect(280, 262, 14, 14, fill=off, stroke=FAINT)
@@ -1167,7 +1167,7 @@ def masks() -> Figure:
 
 
 # chapter 6 ----------------------------------------------------------------------------------
-SUBLAYER_H = 128  # the height of one sub-layer with its residual connection and LayerNorm
+SUBLAYER_H = 129  # the height of one sub-layer with its residual connection and LayerNorm
 
 
 def _sublayers(f: Figure, cx: float, bottom: float, names: Sequence[str], norm_first: bool = False,
@@ -1217,9 +1217,12 @@ def transformer() -> Figure:
               (dec_x, ["causal self-attention", "cross-attention", "feed-forward"], "`num_decoder_layers`"))
     built, tops = [], []
     for cx, names, count in stacks:
-        top = base - SUBLAYER_H * len(names) - 34
+        top = base - SUBLAYER_H * len(names) - 12
         f.rect(cx - 112, top, 224, base - top, fill="#eef2f8", stroke=LINE, width=1.2, rx=10)
-        f.text(cx - 104, top + 20, "× " + count, anchor="start", size=SMALL)
+        # the repetition, written up the container's left edge, clear of the arrows
+        mid = (top + base) / 2 if len(names) == 2 else top + 84  # the decoder's: above the memory's arrow
+        f.add(f'<g transform="translate({fmt(cx - 96)} {fmt(mid)}) rotate(-90)">'
+              f'<text text-anchor="middle" font-size="{SMALL}">{_tspans("× " + count, SMALL)}</text></g>')
         built.append(_sublayers(f, cx, base, names))
         tops.append(top)
     for cx, label in ((enc_x, "source tokens ($B$, $S$)"), (dec_x, "target tokens, shifted ($B$, $T$)")):
@@ -1230,7 +1233,7 @@ def transformer() -> Figure:
     # the encoder's output: the final norm (pre-LN), then the memory to every cross-attention
     enc_top, dec_top = tops
     fin = f.layer(enc_x - 50, enc_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
-    f.arrow((enc_x, enc_top + 34), fin.base)
+    f.arrow((enc_x, enc_top + 12), fin.base)
     f.text(enc_x + 56, fin.cy + 5, "pre-LN only", anchor="start", size=SMALL, color=MUTED)
     knot = fin.y - 22
     f.text(enc_x, knot - 14, "memory ($B$, $S$, $D$)", size=SMALL)
@@ -1241,7 +1244,7 @@ def transformer() -> Figure:
     f.text(cross.x + 4, cross.bottom + 16, "$Q$", anchor="start", size=SMALL, color=ROLES["query"].stroke)
     # the decoder's output
     fin = f.layer(dec_x - 50, dec_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
-    f.arrow((dec_x, dec_top + 34), fin.base)
+    f.arrow((dec_x, dec_top + 12), fin.base)
     f.text(dec_x - 56, fin.cy + 5, "pre-LN only", anchor="end", size=SMALL, color=MUTED)
     gen = f.layer(dec_x - 50, fin.y - 50, 100, 30, "Linear", size=SMALL)
     f.arrow(fin.top, gen.base)
@@ -1331,7 +1334,7 @@ N_PATH, K_CONV, R_BAND = 8, 2, 2  # the figure's sequence length, kernel width a
 
 def path_lengths(n: int = N_PATH, k: int = K_CONV, r: int = R_BAND) -> dict[str, int]:
     """Layers (or steps) between the two most distant positions, as the figure draws them;
-    tests/book/test_figures.py checks them against ``attnlab.complexity.table_row``."""
+    tests/book/test_figure_sources.py checks them against ``attnlab.complexity.table_row``."""
     return {"recurrent": n - 1, "convolutional": math.ceil(math.log(n, k) - 1e-9), "self-attention": 1,
             "restricted": math.ceil((n - 1) / r)}
 
@@ -1425,7 +1428,7 @@ def path_length() -> Figure:
 @figure("online-softmax")
 def online_softmax() -> Figure:
     """Chapter 7: ``blockwise_attention``'s loop over blocks of keys, with its running m, l, acc."""
-    f = Figure(540, 484, "Exact attention in blocks of keys, with an online softmax",
+    f = Figure(540, 494, "Exact attention in blocks of keys, with an online softmax",
                "The keys and values are cut into blocks of b positions. For the current block, the scores "
                "of all L queries against its b keys form an L by b tile; the rest of the L by S score matrix "
                "is never held. Each query keeps three running quantities: the largest score so far m, the "
@@ -1483,7 +1486,7 @@ def online_softmax() -> Figure:
         "after the last block: output = $**a**$ / $ℓ$",
     ]
     for i, line in enumerate(lines):
-        f.text(40, 396 + 22 * i, line, anchor="start", size=SIZE if i < 3 else SMALL, color=INK if i < 3 else MUTED)
+        f.text(40, 408 + 22 * i, line, anchor="start", size=SIZE if i < 3 else SMALL, color=INK if i < 3 else MUTED)
     return f
 
 
@@ -1501,7 +1504,7 @@ def legend() -> Figure:
     f.panel(20, 30, "colours: the role of a tensor")
     roles = [("query", "queries"), ("key", "keys"), ("value", "values, contexts, outputs"), ("state", "other tensors")]
     for i, (role, text) in enumerate(roles):
-        x, y = 20 + (i % 2) * 260, 50 + (i // 2) * 34
+        x, y = 20 + (i % 2) * 282, 50 + (i // 2) * 34
         f.tensor(x, y, 1, 3, 16, role=role)
         f.arrow((x + 54, y + 8), (x + 84, y + 8), role=role)
         f.text(x + 94, y + 13, text, anchor="start", size=SMALL)
