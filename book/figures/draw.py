@@ -1,0 +1,1559 @@
+"""The book's schematic figures, drawn as SVG by this file (Python's standard library only).
+
+``python book/figures/draw.py`` rewrites every ``book/figures/*.svg`` from the functions below;
+``python book/figures/draw.py --check`` only reports the files that differ from what this source
+draws. ``tests/book/test_figure_sources.py`` does the same check, so a committed SVG is always what this
+file produces: change a figure here, never in the SVG.
+
+One visual language for the whole book (``book/notation.md`` says it in a sentence, and
+``legend.svg``, drawn by ``legend()``, shows it):
+
+Colours, by the role of a tensor, the same in every figure; an arrow takes the colour of what it
+carries:
+
+- **queries**: orange (``ROLES["query"]``);
+- **keys**: blue (``ROLES["key"]``);
+- **values**: reddish purple (``ROLES["value"]``), and so is what attention makes of them: a
+  context vector or an attention output is a weighted sum of values;
+- **attention weights**: the ``viridis`` colour map of the chapters' heatmaps
+  (``attnlab.plot_attention``), dark purple for a weight near 0 and yellow-green for a high
+  weight (``viridis()``); a weight drawn without a value uses ``ROLES["weight"]``, viridis's green;
+- **everything else** (hidden states, embeddings, tokens): blue-grey (``ROLES["state"]``).
+
+Shapes:
+
+- **rounded rectangles** are layers: anything with learned parameters (a GRU, a linear map, a
+  feed-forward network, a layer normalisation);
+- **plain grids** of square cells are tensors, one cell per row vector or per number, labelled
+  with their shape in the book's letters (``B, H, L, S, E, D``, see ``book/notation.md``);
+- **circles** are operations without parameters: ⊕ addition, ⊗ a weighted sum or product,
+  softmax, [ ; ] concatenation.
+
+Every SVG draws its own light card with rounded corners, so it reads the same on the site's light
+and dark pages (an SVG shown through ``<img>`` cannot see the page's theme); the figure directives
+give the image the theme's ``dark-light`` class, which tells pydata-sphinx-theme not to dim it.
+Text is DejaVu Sans (the site's machine has it; other machines fall back to their sans-serif), at
+least ``SMALL`` = 13 px at the intrinsic size, and no figure is wider than ``MAX_WIDTH`` pixels,
+so that on a phone 390 px wide, where a figure gets 342 px, no text is under 8 px.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+HERE = Path(__file__).resolve().parent
+
+FONT = "'DejaVu Sans', 'Bitstream Vera Sans', Verdana, sans-serif"
+MONO = "'DejaVu Sans Mono', 'Bitstream Vera Sans Mono', monospace"
+SIZE = 15  # ordinary text, px at the intrinsic size
+SMALL = 13  # the smallest text anywhere (shapes, subscripts, notes)
+MAX_WIDTH = 540  # px; the site's figures get 688 px on a desktop and 342 px on a 390 px phone
+
+INK = "#1b2a41"  # text
+MUTED = "#4d5d74"  # secondary text: shapes, notes
+LINE = "#5b6b82"  # arrows that carry nothing in particular
+CARD = "#f8fafc"  # the figure's own background
+CARD_EDGE = "#c9d3e0"
+FAINT = "#b8c2d0"  # what is there but not used (discarded states, masked cells)
+
+
+@dataclass(frozen=True)
+class Role:
+    stroke: str  # outlines, arrows and the text of this role
+    fill: str  # light fill of a tensor or box of this role
+
+
+ROLES = {
+    "query": Role("#c4500a", "#fde3cf"),
+    "key": Role("#0a68a3", "#d5e8f6"),
+    "value": Role("#a3337a", "#f5dcea"),
+    "weight": Role("#1e8c6e", "#cdebb0"),  # viridis's green; weights with values use viridis()
+    "state": Role("#4d5d74", "#e5eaf1"),
+    "layer": Role("#1f3b73", "#e3e9f5"),
+}
+
+# viridis at 0, 1/16, ..., 1 (matplotlib's colour map, sampled once); viridis() interpolates.
+VIRIDIS = ["#440154", "#48186a", "#472d7b", "#424086", "#3b528b", "#33638d", "#2c728e", "#26828e",
+           "#21918c", "#1fa088", "#28ae80", "#3fbc73", "#5ec962", "#84d44b", "#addc30", "#d8e219",
+           "#fde725"]
+
+
+def viridis(x: float) -> str:
+    """The viridis colour of ``x`` in [0, 1], as the chapters' heatmaps show a weight."""
+    x = min(1.0, max(0.0, x)) * (len(VIRIDIS) - 1)
+    i = min(int(x), len(VIRIDIS) - 2)
+    t = x - i
+    a, b = VIRIDIS[i], VIRIDIS[i + 1]
+    rgb = [round(int(a[k:k + 2], 16) * (1 - t) + int(b[k:k + 2], 16) * t) for k in (1, 3, 5)]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def on_viridis(x: float) -> str:
+    """Text colour readable on ``viridis(x)``: white on the dark half, ink on the light half."""
+    return "#ffffff" if x < 0.5 else INK
+
+
+# --- text -----------------------------------------------------------------------------------
+# Advance widths of DejaVu Sans, in thousandths of an em, for the printable ASCII characters
+# (read once from the font); other characters count as WIDE_CHAR. Used to size boxes around
+# their labels; the browser does the actual layout.
+_ASCII = (
+    "318 401 460 838 636 950 780 275 390 390 500 838 318 361 318 337 636 636 636 636 636 636 636 636 "
+    "636 636 337 337 838 838 838 531 1000 684 686 698 770 632 575 775 752 295 295 656 557 863 748 787 "
+    "603 787 695 635 611 732 684 989 685 611 685 390 337 390 838 500 500 613 635 550 635 615 352 635 "
+    "634 278 278 579 278 974 634 612 635 635 411 521 392 634 592 818 592 592 525 636 337 636 838"
+)
+WIDTHS = {chr(32 + i): int(w) for i, w in enumerate(_ASCII.split())}
+WIDTHS.update({"′": 227, "α": 659, "ℓ": 413, "⊕": 838, "⊗": 838, "×": 838, "→": 838, "−": 838, "·": 318,
+               "…": 1000, "√": 637, "∑": 674, "ᵀ": 385, "–": 500, "σ": 603, "⊤": 838, "∞": 833,
+               "≤": 838, "≈": 838})
+WIDE_CHAR = 700
+BOLD = 1.1  # bold DejaVu Sans is about this much wider
+MONO_CHAR = 602
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stretch of text in one style: ``shift`` is -1 for a subscript, +1 for a superscript."""
+
+    text: str
+    italic: bool = False
+    bold: bool = False
+    code: bool = False
+    shift: float = 0
+
+
+def parse(s: str) -> list[Run]:
+    """A small markup for labels, so that a figure writes its letters as the text does.
+
+    ``$...$`` is math: letters in it are italic, ``-`` becomes a minus sign; ``**...**`` is bold
+    (upright, as ``\\mathbf``); ``_x`` or ``_{...}`` is a subscript and ``^x`` or ``^{...}`` a
+    superscript; a backquoted ``...`` is code (monospace, no markup inside). ``\\`` escapes the
+    next character.
+    """
+    runs: list[Run] = []
+
+    def put(ch: str, math_mode: bool, bold: bool, shift: float) -> None:
+        if math_mode and ch == "-":
+            ch = "−"
+        italic = math_mode and not bold and ch.isalpha() and not unicodedata.combining(ch)
+        if unicodedata.combining(ch) and runs:  # a combining mark keeps its letter's style
+            last = runs[-1]
+            runs[-1] = Run(last.text + ch, last.italic, last.bold, last.code, last.shift)
+            return
+        runs.append(Run(ch, italic, bold, False, shift))
+
+    def walk(text: str, math_mode: bool, bold: bool, shift: float) -> None:
+        i = 0
+        while i < len(text):
+            ch = text[i]
+            if ch == "\\" and i + 1 < len(text):
+                put(text[i + 1], math_mode, bold, shift)
+                i += 2
+            elif ch == "`":
+                end = text.index("`", i + 1)
+                runs.append(Run(text[i + 1:end], code=True, shift=shift))
+                i = end + 1
+            elif ch == "$":
+                math_mode = not math_mode
+                i += 1
+            elif text.startswith("**", i):
+                bold = not bold
+                i += 2
+            elif ch in "_^" and i + 1 < len(text):
+                step = -1 if ch == "_" else 1
+                if shift * step < 0:  # a subscript inside a superscript (or the reverse): half a step
+                    step /= 2
+                sign = shift + step  # a subscript of a subscript goes lower still
+                if text[i + 1] == "{":
+                    depth, j = 1, i + 2
+                    while depth:
+                        depth += {"{": 1, "}": -1}.get(text[j], 0)
+                        j += 1
+                    walk(text[i + 2:j - 1], math_mode, bold, sign)
+                    i = j
+                else:
+                    walk(text[i + 1], math_mode, bold, sign)
+                    i += 2
+            else:
+                put(ch, math_mode, bold, shift)
+                i += 1
+
+    walk(s, False, False, 0)
+    merged: list[Run] = []
+    for run in runs:
+        if merged and not run.code and not merged[-1].code and (
+                merged[-1].italic, merged[-1].bold, merged[-1].shift) == (run.italic, run.bold, run.shift):
+            merged[-1] = Run(merged[-1].text + run.text, run.italic, run.bold, False, run.shift)
+        else:
+            merged.append(run)
+    return merged
+
+
+def _run_size(run: Run, size: float) -> float:
+    return size if run.shift == 0 else max(SMALL, round(size * 0.8))
+
+
+def text_width(s: str, size: float = SIZE) -> float:
+    """Approximate width in px of the label ``s`` (markup as in ``parse``)."""
+    total = 0.0
+    for run in parse(s):
+        px = _run_size(run, size)
+        if run.code:
+            total += len(run.text) * MONO_CHAR * px / 1000
+            continue
+        w = sum(WIDTHS.get(ch, 0 if unicodedata.combining(ch) else WIDE_CHAR) for ch in run.text)
+        total += w * px / 1000 * (BOLD if run.bold else 1.0)
+    return total
+
+
+def fmt(x: float) -> str:
+    """A coordinate as short, stable text: at most two decimals, no trailing zeros."""
+    s = f"{x:.2f}".rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+def _tspans(s: str, size: float) -> str:
+    out, level = [], 0
+    for run in parse(s):
+        px = _run_size(run, size)
+        target = round(size * 0.3) * -run.shift if run.shift < 0 else -round(size * 0.42) * run.shift
+        attrs = []
+        if target != level:
+            attrs.append(f'dy="{fmt(target - level)}"')
+            level = target
+        if px != size:
+            attrs.append(f'font-size="{fmt(px)}"')
+        if run.italic:
+            attrs.append('font-style="italic"')
+        if run.bold:
+            attrs.append('font-weight="bold"')
+        if run.code:
+            attrs.append(f"font-family={quoteattr(MONO)}")
+        text = escape(run.text)
+        out.append(f"<tspan {' '.join(attrs)}>{text}</tspan>" if attrs else text)
+    return "".join(out)
+
+
+# --- geometry -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned rectangle; every primitive returns the box it drew, to attach arrows to."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+
+    @property
+    def cx(self) -> float:
+        return self.x + self.w / 2
+
+    @property
+    def cy(self) -> float:
+        return self.y + self.h / 2
+
+    @property
+    def right(self) -> float:
+        return self.x + self.w
+
+    @property
+    def bottom(self) -> float:
+        return self.y + self.h
+
+    @property
+    def top(self) -> tuple[float, float]:
+        return (self.cx, self.y)
+
+    @property
+    def base(self) -> tuple[float, float]:
+        return (self.cx, self.bottom)
+
+    @property
+    def west(self) -> tuple[float, float]:
+        return (self.x, self.cy)
+
+    @property
+    def east(self) -> tuple[float, float]:
+        return (self.right, self.cy)
+
+    def rim(self, x: float, y: float) -> tuple[float, float]:
+        """The point of the circle inscribed in this box that faces ``(x, y)`` (for ``op``s)."""
+        d = math.hypot(x - self.cx, y - self.cy)
+        r = self.w / 2
+        return (self.cx + (x - self.cx) * r / d, self.cy + (y - self.cy) * r / d)
+
+
+class Figure:
+    """An SVG drawing of ``width`` x ``height`` px with the book's card, fonts and primitives."""
+
+    def __init__(self, width: int, height: int, title: str, description: str):
+        if width > MAX_WIDTH:
+            raise ValueError(f"Figure: width {width} exceeds MAX_WIDTH {MAX_WIDTH}")
+        self.width, self.height = width, height
+        self.title, self.description = title, description
+        self.items: list[str] = []
+
+    # low-level
+    def add(self, element: str) -> None:
+        self.items.append(element)
+
+    def text(self, x: float, y: float, s: str, *, size: float = SIZE, anchor: str = "middle",
+             color: str = INK, bold: bool = False) -> Box:
+        """Text whose baseline is at ``y``; returns its approximate box."""
+        attrs = [f'x="{fmt(x)}"', f'y="{fmt(y)}"']
+        if anchor != "start":
+            attrs.append(f'text-anchor="{anchor}"')
+        if size != SIZE:
+            attrs.append(f'font-size="{fmt(size)}"')
+        if color != INK:
+            attrs.append(f'fill="{color}"')
+        if bold:
+            attrs.append('font-weight="bold"')
+        self.add(f"<text {' '.join(attrs)}>{_tspans(s, size)}</text>")
+        w = text_width(s, size) * (BOLD if bold else 1)
+        left = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+        return Box(left, y - 0.76 * size, w, size)
+
+    def label(self, cx: float, cy: float, s: str, **kw) -> Box:
+        """Text centred vertically on ``cy`` (for one line of DejaVu Sans)."""
+        size = kw.get("size", SIZE)
+        return self.text(cx, cy + 0.36 * size, s, **kw)
+
+    def rect(self, x: float, y: float, w: float, h: float, *, fill: str = "none", stroke: str = LINE,
+             width: float = 1.2, rx: float = 0, dash: str | None = None, opacity: float | None = None) -> Box:
+        attrs = [f'x="{fmt(x)}" y="{fmt(y)}" width="{fmt(w)}" height="{fmt(h)}"']
+        if rx:
+            attrs.append(f'rx="{fmt(rx)}"')
+        attrs.append(f'fill="{fill}"')
+        if stroke != "none":
+            attrs.append(f'stroke="{stroke}" stroke-width="{fmt(width)}"')
+        if dash:
+            attrs.append(f'stroke-dasharray="{dash}"')
+        if opacity is not None:
+            attrs.append(f'opacity="{fmt(opacity)}"')
+        self.add(f"<rect {' '.join(attrs)}/>")
+        return Box(x, y, w, h)
+
+    def path(self, d: str, *, stroke: str = LINE, width: float = 1.5, fill: str = "none",
+             dash: str | None = None) -> None:
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(f'<path d="{d}" fill="{fill}" stroke="{stroke}" stroke-width="{fmt(width)}"'
+                 f' stroke-linecap="round" stroke-linejoin="round"{extra}/>')
+
+    # the book's shapes
+    def layer(self, x: float, y: float, w: float, h: float, s: str, *, note: str | None = None,
+              role: str = "layer", size: float = SIZE, dash: str | None = None) -> Box:
+        """A layer (learned parameters): a rounded rectangle with a label (and a smaller note)."""
+        r = ROLES[role]
+        box = self.rect(x, y, w, h, fill=r.fill, stroke=r.stroke, width=1.4, rx=7, dash=dash)
+        if note is None:
+            self.label(box.cx, box.cy, s, size=size)
+        else:
+            self.label(box.cx, box.cy - 0.42 * size, s, size=size)
+            self.label(box.cx, box.cy + 0.62 * size, note, size=SMALL, color=MUTED)
+        return box
+
+    def tensor(self, x: float, y: float, rows: int, cols: int, cell: float = 14, *, role: str = "state",
+               values: Sequence[Sequence[float | None]] | None = None, cell_h: float | None = None,
+               faint: bool = False, numbers: bool = False, highlight: Sequence[tuple[int, int]] = ()) -> Box:
+        """A tensor: a plain grid of ``rows`` x ``cols`` cells in the colour of its role.
+
+        ``values`` (rows x cols, in [0, 1], ``None`` for an empty cell) colours the cells with
+        viridis, as weights are drawn; ``numbers`` writes them in. ``faint`` greys the tensor
+        out (present but unused). ``highlight`` outlines some cells more strongly.
+        """
+        r = ROLES[role]
+        ch = cell if cell_h is None else cell_h
+        stroke = FAINT if faint else r.stroke
+        for i in range(rows):
+            for j in range(cols):
+                v = values[i][j] if values is not None else None
+                if values is not None and v is None:
+                    fill = "#ffffff"
+                elif v is not None:
+                    fill = viridis(v)
+                else:
+                    fill = "#eef1f5" if faint else r.fill
+                self.rect(x + j * cell, y + i * ch, cell, ch, fill=fill, stroke=stroke, width=0.9)
+                if numbers and v is not None:
+                    self.label(x + (j + 0.5) * cell, y + (i + 0.5) * ch, f"{v:.2f}".lstrip("0"),
+                               size=SMALL, color=on_viridis(v))
+        for i, j in highlight:
+            self.rect(x + j * cell, y + i * ch, cell, ch, stroke=INK, width=2.2)
+        return self.rect(x, y, cols * cell, rows * ch, stroke=stroke, width=1.6)
+
+    def op(self, cx: float, cy: float, s: str, *, r: float | None = None, size: float = SIZE) -> Box:
+        """An operation without parameters: a circle with a symbol or a short word."""
+        radius = r if r is not None else max(12.0, text_width(s, size) / 2 + (7 if len(s) <= 3 else 3.5))
+        self.add(f'<circle cx="{fmt(cx)}" cy="{fmt(cy)}" r="{fmt(radius)}" fill="#ffffff" '
+                 f'stroke="{LINE}" stroke-width="1.4"/>')
+        self.label(cx, cy, s, size=size)
+        return Box(cx - radius, cy - radius, 2 * radius, 2 * radius)
+
+    def arrow(self, *points: tuple[float, float], role: str | None = None, color: str | None = None,
+              width: float = 1.6, dash: str | None = None, head: bool = True) -> None:
+        """A polyline through ``points`` with an arrowhead at the last one, coloured by role."""
+        stroke = color or (ROLES[role].stroke if role else LINE)
+        pts = list(points)
+        if head:
+            (x0, y0), (x1, y1) = pts[-2], pts[-1]
+            length = math.hypot(x1 - x0, y1 - y0)
+            ux, uy = (x1 - x0) / length, (y1 - y0) / length
+            back = (x1 - ux * 8.5, y1 - uy * 8.5)
+            pts[-1] = (x1 - ux * 4, y1 - uy * 4)  # the line stops inside the head
+            left = (back[0] - uy * 4.5, back[1] + ux * 4.5)
+            right = (back[0] + uy * 4.5, back[1] - ux * 4.5)
+        d = "M" + " L".join(f"{fmt(x)} {fmt(y)}" for x, y in pts)
+        self.path(d, stroke=stroke, width=width, dash=dash)
+        if head:
+            tri = " ".join(f"{fmt(x)},{fmt(y)}" for x, y in ((x1, y1), left, right))
+            self.add(f'<polygon points="{tri}" fill="{stroke}"/>')
+
+    def panel(self, x: float, y: float, s: str) -> Box:
+        """A panel's heading, bold, at the top left of the panel."""
+        return self.text(x, y, s, anchor="start", bold=True)
+
+    def svg(self) -> str:
+        head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
+                f'viewBox="0 0 {self.width} {self.height}" role="img" font-family={quoteattr(FONT)} '
+                f'font-size="{SIZE}" fill="{INK}">')
+        card = (f'<rect x="0.75" y="0.75" width="{fmt(self.width - 1.5)}" height="{fmt(self.height - 1.5)}" '
+                f'rx="12" fill="{CARD}" stroke="{CARD_EDGE}" stroke-width="1.5"/>')
+        body = "\n".join([head, f"<title>{escape(self.title)}</title>",
+                          f"<desc>{escape(self.description)}</desc>", card, *self.items, "</svg>"])
+        return body + "\n"
+
+
+# --- the figures ----------------------------------------------------------------------------
+FIGURES: dict[str, Callable[[], Figure]] = {}
+
+
+def figure(name: str) -> Callable[[Callable[[], Figure]], Callable[[], Figure]]:
+    """Register a function that draws ``book/figures/<name>.svg``."""
+
+    def register(fn: Callable[[], Figure]) -> Callable[[], Figure]:
+        FIGURES[name] = fn
+        return fn
+
+    return register
+
+
+# chapter 1 ----------------------------------------------------------------------------------
+@figure("seq2seq")
+def seq2seq() -> Figure:
+    """Chapter 1: the encoder's states, the one context vector, the decoder (``models.seq2seq``)."""
+    f = Figure(540, 390, "An encoder-decoder with one fixed-length context vector",
+               "A GRU encoder reads x_1 to x_S and produces states h_1 to h_S; only the context "
+               "vector c (the last state, or the mean or maximum of all states) reaches the decoder, "
+               "whose first state is tanh(W c); the decoder GRU then writes y_1 to y_T.")
+    bw, bh = 46, 32
+    f.rect(10, 10, 248, 222, fill="#eef2f8", stroke="none", rx=9)
+    f.rect(222, 244, 308, 136, fill="#eef2f8", stroke="none", rx=9)
+    f.panel(20, 32, "encoder")
+    f.text(232, 372, "decoder", anchor="start", bold=True)
+
+    def chain(boxes: list[Box], states: list[str]) -> None:
+        for i in range(1, len(boxes)):
+            a, b = boxes[i - 1], boxes[i]
+            gap = b.x - a.right
+            if gap > 28:
+                f.label((a.right + b.x) / 2, b.cy, "…")
+                f.arrow(a.east, (a.right + gap / 2 - 8, a.cy))
+                f.arrow((b.x - gap / 2 + 8, b.cy), b.west)
+            else:
+                f.arrow(a.east, b.west)
+            if states[i - 1]:
+                f.text(b.x - 3, b.y - 5, states[i - 1], anchor="end", size=SMALL)
+
+    # encoder: x_s -> GRU -> h_s
+    enc = []
+    for x, sub in zip([20, 86, 180], ["1", "2", "S"]):
+        box = f.layer(x, 112, bw, bh, "GRU", size=SMALL)
+        enc.append(box)
+        f.arrow((box.cx, 184), box.base)
+        f.label(box.cx, 198, f"$x_{sub}$")
+        used = sub == "S"
+        vec = f.tensor(box.cx - 22, 66, 1, 4, 11, faint=not used)
+        f.arrow(box.top, (box.cx, vec.bottom + 1), color=LINE if used else FAINT)
+        f.text(vec.cx, vec.y - 7, f"$h_{sub}$", color=INK if used else MUTED)
+    chain(enc, ["", ""])
+    f.text(20, 258, "$hs$ = [$h$_1; …; $h_S$]: $S$ states", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 275, "of $D$ numbers each. Only one", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 292, "vector of $D$ numbers reaches", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 309, "the decoder, however long", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 326, "the source.", anchor="start", size=SMALL, color=MUTED)
+    # the context vector
+    c = f.tensor(278, 50, 4, 1, 14)
+    f.rect(c.x - 3, c.y - 3, c.w + 6, c.h + 6, stroke=INK, width=2.2)
+    f.arrow((enc[-1].cx + 22, 71.5), (c.x - 4, 71.5))
+    f.text(c.right + 12, 64, "$**c**$ = $h_S$", anchor="start")
+    f.text(c.right + 12, 84, "or the mean or the", anchor="start", size=SMALL, color=MUTED)
+    f.text(c.right + 12, 100, "maximum of $h$_1 … $h_S$:", anchor="start", size=SMALL, color=MUTED)
+    f.text(c.right + 12, 116, "$D$ numbers", anchor="start", size=SMALL, color=MUTED)
+    # decoder: s_0 = tanh(W c), then s_t = GRU(y_{t-1}, s_{t-1}), p(y_t) = softmax(W s_t)
+    bridge = f.layer(c.cx - 39, 290, 78, 30, "tanh($W$**c**)", size=SMALL)
+    f.arrow((c.cx, c.bottom + 3), bridge.top)
+    dec = [f.layer(x, 289, 42, bh, "GRU", size=SMALL) for x in (342, 404, 482)]
+    f.arrow(bridge.east, dec[0].west)
+    f.text(bridge.right + 4, bridge.y - 4, "$s$_0", anchor="start", size=SMALL)
+    chain(dec, ["$s$_1", ""])
+    for box, y_in, y_out in zip(dec, ["<s>", "$y$_1", "$y_{T-1}$"], ["$y$_1", "$y$_2", "$y_T$"]):
+        f.arrow((box.cx, 350), box.base)
+        f.label(box.cx, 362, y_in, size=SMALL)
+        f.arrow(box.top, (box.cx, 266))
+        f.label(box.cx, 255, y_out)
+    f.text(20, 354, "$s_t$ = GRU($y_{t-1}$, $s_{t-1}$)", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 372, "$p$($y_t$) = softmax($W s_t$)", anchor="start", size=SMALL, color=MUTED)
+    return f
+
+
+# chapter 2 ----------------------------------------------------------------------------------
+ALPHA = [0.04, 0.1, 0.72, 0.1, 0.04]  # an illustrative weight vector over S = 5 positions
+
+
+@figure("decoder-improvements")
+def decoder_improvements() -> Figure:
+    """Chapter 2: Saitoh's three decoder improvements, S = 5 source positions, D = 4."""
+    f = Figure(540, 624, "The three decoder improvements",
+               "Improvement 1: the context c is the weighted sum of the rows of hs with weights alpha. "
+               "Improvement 2: the weights come from comparing the decoder state h with every row of "
+               "hs (dot products), normalised by a softmax. Improvement 3: an Attention layer, made of "
+               "the two, sits between the decoder's recurrent layer and its output layer, which reads "
+               "the context and the state concatenated.")
+    cell = 20
+    top = max(ALPHA)
+    shades = [[a / top] for a in ALPHA]
+    # 1: a weighted sum
+    f.panel(18, 30, "1  Select with weights: a weighted sum")
+    alpha = f.tensor(40, 70, 5, 1, 38, cell_h=cell, values=shades)
+    for i, a in enumerate(ALPHA):
+        f.label(alpha.cx, alpha.y + (i + 0.5) * cell, f"{a:.2f}".lstrip("0"), size=SMALL, color=on_viridis(a / top))
+    f.text(alpha.cx, alpha.y - 8, "$α$", size=SIZE)
+    hs = f.tensor(100, 70, 5, 4, cell)
+    f.text(hs.cx, hs.y - 8, "$hs$  ($S$ × $D$)")
+    for i in range(5):
+        f.label(89, hs.y + (i + 0.5) * cell, "×", size=SMALL, color=MUTED)
+    s = f.op(236, hs.cy, "∑")
+    f.arrow(hs.east, s.west, role="value")
+    c = f.tensor(290, hs.cy - cell / 2, 1, 4, cell, role="value")
+    f.arrow(s.east, c.west, role="value")
+    f.text(c.cx, c.y - 10, "$**c**$ = $α$^⊤ $hs$")
+    f.text(290, c.bottom + 26, "= $∑_s$ $α_s$ $**h**_s$", anchor="start", size=SMALL, color=MUTED)
+    f.text(290, c.bottom + 44, "a one-hot $α$ selects a row,", anchor="start", size=SMALL, color=MUTED)
+    f.text(290, c.bottom + 60, "a spread one blends rows", anchor="start", size=SMALL, color=MUTED)
+    # 2: the weights from the decoder's state
+    y0 = 200
+    f.rect(12, y0, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(18, y0 + 30, "2  Compute the weights from the decoder state")
+    q = f.tensor(100, y0 + 70, 1, 4, cell, role="query")
+    f.text(q.x - 8, q.y + 15, "$**h**$", anchor="end")
+    f.text(q.x, q.y - 9, "query: the decoder state", anchor="start", size=SMALL, color=ROLES["query"].stroke)
+    keys = f.tensor(100, y0 + 108, 5, 4, cell)
+    f.text(keys.x - 8, keys.cy + 5, "$hs$", anchor="end")
+    dots = f.op(236, keys.cy, "·", r=12)
+    f.arrow(q.east, (dots.cx, q.y + cell / 2), (dots.cx, dots.y), role="query")
+    f.arrow(keys.east, dots.west, role="key")
+    f.text(keys.x, keys.bottom + 20, "keys: the rows of $hs$", anchor="start", size=SMALL, color=ROLES["key"].stroke)
+    scores = f.tensor(272, keys.y, 5, 1, 38, cell_h=cell, role="state")
+    f.text(scores.cx, scores.y - 8, "scores", size=SMALL)
+    f.arrow(dots.east, scores.west)
+    soft = f.op(374, keys.cy, "softmax", size=SMALL)
+    f.arrow(scores.east, soft.west)
+    weights = f.tensor(440, keys.y, 5, 1, 38, cell_h=cell, values=shades)
+    for i, a in enumerate(ALPHA):
+        f.label(weights.cx, weights.y + (i + 0.5) * cell, f"{a:.2f}".lstrip("0"), size=SMALL, color=on_viridis(a / top))
+    f.arrow(soft.east, weights.west, role="weight")
+    f.text(weights.cx, weights.y - 8, "$α$")
+    f.text(weights.cx, weights.bottom + 20, "sums to 1", size=SMALL, color=MUTED)
+    # 3: the Attention layer inside the decoder
+    y0 = 440
+    f.rect(12, y0, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(18, y0 + 30, "3  Give the context to the decoder")
+    row = y0 + 112
+    f.label(32, row, "$y_{t-1}$", size=SMALL)
+    rnn = f.layer(66, row - 18, 58, 36, "LSTM", size=SMALL)
+    f.arrow((54, row), rnn.west)
+    att = f.layer(176, row - 28, 136, 56, "Attention", note="weights, then sum")
+    f.arrow(rnn.east, att.west)
+    f.text(150, row - 7, "$**h**_t$", size=SMALL)
+    mem = f.tensor(204, y0 + 46, 1, 5, 16)
+    f.text(mem.right + 8, mem.y + 13, "$hs$", anchor="start", size=SMALL)
+    f.arrow((mem.cx, mem.bottom), att.top)
+    cat = f.op(360, row, "[ ; ]", size=SMALL)
+    f.arrow(att.east, cat.west, role="value")
+    f.text(327, row - 9, "$**c**_t$", size=SMALL)
+    f.arrow((150, row), (150, row + 42), (cat.cx, row + 42), cat.base)
+    aff = f.layer(406, row - 18, 66, 36, "Affine", size=SMALL)
+    f.arrow(cat.east, aff.west)
+    f.arrow(aff.east, (500, row))
+    f.text(506, row + 5, "$y_t$", anchor="start", size=SMALL)
+    f.text(176, row + 64, "the output layer reads [$**c**_t$; $**h**_t$]", anchor="start", size=SMALL, color=MUTED)
+    return f
+
+
+@figure("bahdanau-luong")
+def bahdanau_luong() -> Figure:
+    """Chapter 2: one step of ``BahdanauDecoder`` and of ``LuongDecoder``, read bottom to top."""
+    f = Figure(540, 660, "One decoder step of Bahdanau's and of Luong's attention",
+               "Bahdanau: the previous state s_(t-1) scores hs additively; softmax gives alpha_t; the "
+               "weighted sum of hs is the context c_t, which joins y_(t-1) at the input of the GRU; the "
+               "output layer reads [s_t; c_t]. Luong: the GRU runs first; its new state h_t scores hs "
+               "(general or dot); the context c_t and h_t are concatenated and passed through "
+               "tanh(W_c [c_t; h_t]) before the output layer W_s.")
+    f.rect(270, 16, 1, 628, fill=CARD_EDGE, stroke="none")
+    f.text(135, 34, "Bahdanau", bold=True)
+    f.text(135, 52, "attend, then step", size=SMALL, color=MUTED)
+    f.text(405, 34, "Luong", bold=True)
+    f.text(405, 52, "step, then attend", size=SMALL, color=MUTED)
+
+    def vec(cx: float, cy: float, role: str, name: str, side: str = "east") -> Box:
+        t = f.tensor(cx - 22, cy - 5.5, 1, 4, 11, role=role)
+        if side == "east":
+            f.text(t.right + 7, cy + 5, name, anchor="start", size=SMALL)
+        else:
+            f.text(t.x - 7, cy + 5, name, anchor="end", size=SMALL)
+        return t
+
+    def attend(cx: float, y_score: float, score: str, note: str, mem_x: float) -> tuple[Box, Box]:
+        """Score layer (centred on y_score), softmax, alpha_t, weighted sum, c_t, bottom to top."""
+        box = f.layer(cx - 99, y_score - 19, 198, 38, score, note=note, size=SMALL)
+        soft = f.op(cx, y_score - 63, "softmax", size=SMALL)
+        f.arrow(box.top, soft.base)
+        weights = f.tensor(cx - 30, y_score - 119, 1, 5, 12, values=[[a / max(ALPHA) for a in ALPHA]])
+        f.arrow(soft.top, (cx, weights.bottom + 1), role="weight")
+        f.text(weights.right + 7, weights.cy + 5, "$α_t$", anchor="start", size=SMALL)
+        total = f.op(cx, y_score - 145, "∑")
+        f.arrow((cx, weights.y), total.base, role="weight")
+        mem = f.tensor(mem_x - 6, y_score - 158, 6, 1, 12, cell_h=19)
+        f.text(mem.cx, mem.y - 8, "$hs$", size=SMALL)
+        side = box.right if mem_x > cx else box.x
+        f.arrow((mem.cx, mem.bottom), (mem.cx, y_score), (side, y_score), role="key")
+        f.arrow((mem.x if mem_x > cx else mem.right, total.cy), total.east if mem_x > cx else total.west,
+                role="value")
+        c = vec(cx, y_score - 178.5, "value", "$**c**_t$")
+        f.arrow(total.top, (cx, c.bottom + 1), role="value")
+        return box, c
+
+    # Bahdanau: s_{t-1} -> additive score -> alpha -> c_t; [y_{t-1}; c_t] -> GRU -> s_t; [s_t; c_t] -> out
+    cx = 120
+    prev = vec(cx, 622, "query", "$s_{t-1}$")
+    score, c = attend(cx, 576, "additive score", "$v$^⊤tanh($W_q s_{t-1}$ + $W_k h_s$)", 238)
+    f.arrow((cx, prev.y), score.base, role="query")
+    cat1 = f.op(cx, 344, "[ ; ]", size=SMALL)
+    f.arrow((cx, c.y), cat1.base, role="value")
+    f.text(cat1.right + 36, cat1.cy + 5, "$y_{t-1}$", size=SMALL)
+    f.arrow((cat1.right + 18, cat1.cy), cat1.east)
+    gru = f.layer(cx - 40, 268, 80, 34, "GRU", size=SMALL)
+    f.arrow(cat1.top, gru.base)
+    f.arrow((prev.x, prev.cy), (13, prev.cy), (13, gru.cy), gru.west, role="query")
+    state = vec(cx, 236, "state", "$s_t$", side="west")
+    f.arrow(gru.top, (cx, state.bottom + 1))
+    cat2 = f.op(cx, 190, "[ ; ]", size=SMALL)
+    f.arrow((cx, state.y), cat2.base)
+    f.arrow((c.right, c.cy), (226, c.cy), (226, cat2.cy), cat2.east, role="value")
+    out = f.layer(cx - 54, 114, 108, 34, "output layer", size=SMALL)
+    f.arrow(cat2.top, out.base)
+    f.arrow(out.top, (cx, 86))
+    f.text(cx, 80, "$p$($y_t$)", size=SMALL)
+
+    # Luong: y_{t-1} -> GRU -> h_t -> general score -> alpha -> c_t; tanh(W_c [c_t; h_t]) -> W_s -> out
+    cx = 420
+    f.text(cx, 648, "$y_{t-1}$", size=SMALL)
+    gru = f.layer(cx - 40, 590, 80, 34, "GRU", size=SMALL)
+    f.arrow((cx, 636), gru.base)
+    f.text(290, gru.cy + 5, "$h_{t-1}$", anchor="start", size=SMALL)
+    f.arrow((326, gru.cy), gru.west)
+    h = vec(cx, 564, "query", "$h_t$")
+    f.arrow(gru.top, (cx, h.bottom + 1), role="query")
+    score, c = attend(cx, 520, "general score", "$h_t$^⊤$W h_s$ (or dot: $h_t$^⊤$h_s$)", 302)
+    f.arrow((cx, h.y), score.base, role="query")
+    cat = f.op(cx, 290, "[ ; ]", size=SMALL)
+    f.arrow((cx, c.y), cat.base, role="value")
+    f.arrow((h.right, h.cy), (526, h.cy), (526, cat.cy), cat.east, role="query")
+    comb = f.layer(cx - 70, 218, 140, 34, "tanh($W_c$[$**c**_t$; $h_t$])", size=SMALL)
+    f.arrow(cat.top, comb.base)
+    tilde = vec(cx, 186, "state", "$h_t$", side="west")
+    # the tilde of h~_t, drawn apart (a combining tilde lands beside an italic h in some fonts)
+    f.text(tilde.x - 7 - text_width("$h_t$", SMALL) + text_width("h", SMALL) / 2 + 1, 178, "~", size=SMALL)
+    f.arrow(comb.top, (cx, tilde.bottom + 1))
+    out = f.layer(cx - 54, 114, 108, 34, "$W_s$", size=SMALL)
+    f.arrow((cx, tilde.y), out.base)
+    f.arrow(out.top, (cx, 86))
+    f.text(cx, 80, "$p$($y_t$)", size=SMALL)
+    return f
+
+
+# chapter 3 ----------------------------------------------------------------------------------
+# The memory of chapter 3's first cells: keys are two features ("is an animal", "has wheels").
+MEMORY = [("cat", (1.0, 0.0), 1.0), ("dog", (0.9, 0.1), 2.0), ("car", (0.0, 1.0), 10.0)]
+COW = (0.95, 0.05)
+
+
+def soft_read(query: Sequence[float], temperature: float = 1.0) -> tuple[list[float], list[float], float]:
+    """Scores, softmax weights and the value read from ``MEMORY``, as chapter 3 computes them."""
+    scores = [sum(q * k for q, k in zip(query, key)) / temperature for _, key, _ in MEMORY]
+    top = max(scores)
+    exps = [math.exp(e - top) for e in scores]
+    weights = [e / sum(exps) for e in exps]
+    return scores, weights, sum(w * v for w, (_, _, v) in zip(weights, MEMORY))
+
+
+def _num(x: float) -> str:
+    """A number as the figures print it: at most two decimals, no leading zero."""
+    text = f"{x:.2f}".rstrip("0").rstrip(".")
+    return text[1:] if text.startswith("0.") else text
+
+
+@figure("soft-addressing")
+def soft_addressing() -> Figure:
+    """Chapter 3: hard lookup in a dictionary against soft addressing over the same memory."""
+    scores, weights, read = soft_read(COW)
+    f = Figure(540, 436, "Hard lookup and soft addressing over the same key/value memory",
+               "Hard lookup: the query dog equals a key and gets its value 2; the query cow equals no "
+               "key and gets a KeyError. Soft addressing: the query vector of cow is compared with "
+               f"every key vector; a softmax turns the scores into weights {', '.join(_num(w) for w in weights)}; "
+               f"the answer is the weighted sum of all values, {read:.2f}.")
+    f.panel(18, 30, "Hard lookup: a Python dictionary")
+    f.text(180, 58, "key", size=SMALL, color=ROLES["key"].stroke)
+    f.text(250, 58, "value", size=SMALL, color=ROLES["value"].stroke)
+    rows = {}
+    for i, (name, _, value) in enumerate(MEMORY):
+        y = 66 + i * 28
+        k = f.rect(145, y, 70, 24, fill=ROLES["key"].fill, stroke=ROLES["key"].stroke)
+        f.label(k.cx, k.cy, f"`{name}`", size=SMALL)
+        v = f.rect(215, y, 70, 24, fill=ROLES["value"].fill, stroke=ROLES["value"].stroke)
+        f.label(v.cx, v.cy, _num(value), size=SMALL)
+        rows[name] = (k, v)
+    dog_k, dog_v = rows["dog"]
+    q1 = f.rect(30, dog_k.y, 66, 24, fill=ROLES["query"].fill, stroke=ROLES["query"].stroke)
+    f.label(q1.cx, q1.cy, "`dog`", size=SMALL)
+    f.arrow(q1.east, dog_k.west, role="query")
+    f.label(120, dog_k.cy - 10, "=", size=SMALL)
+    f.arrow(dog_v.east, (318, dog_v.cy), role="value")
+    f.label(332, dog_v.cy, "2", size=SMALL)
+    q2 = f.rect(30, 160, 66, 24, fill=ROLES["query"].fill, stroke=ROLES["query"].stroke)
+    f.label(q2.cx, q2.cy, "`cow`", size=SMALL)
+    f.arrow(q2.east, (140, q2.cy), role="query", dash="5 4")
+    f.text(150, q2.cy + 5, "no key equals it: `KeyError`", anchor="start", size=SMALL)
+
+    y0 = 200
+    f.rect(12, y0, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(18, y0 + 30, "Soft addressing: read every value, in proportion")
+    f.text(88, y0 + 58, "key $**k**$", size=SMALL, color=ROLES["key"].stroke)
+    f.text(172, y0 + 58, "$**q**$ · $**k**$", size=SMALL)
+    f.text(244, y0 + 58, "weight", size=SMALL)
+    f.text(316, y0 + 58, "value", size=SMALL, color=ROLES["value"].stroke)
+    total = f.op(400, y0 + 112, "∑")
+    for i, ((name, key, value), e, w) in enumerate(zip(MEMORY, scores, weights)):
+        y = y0 + 70 + i * 28
+        f.text(28, y + 17, f"`{name}`", anchor="start", size=SMALL)
+        f.tensor(62, y, 1, 2, 26, cell_h=24, role="key")
+        for j, x in enumerate(key):
+            f.label(75 + 26 * j, y + 12, _num(x), size=SMALL)
+        f.label(172, y + 12, _num(e), size=SMALL)
+        f.arrow((192, y + 12), (217, y + 12))
+        f.tensor(219, y, 1, 1, 50, cell_h=24, values=[[w / max(weights)]])
+        f.label(244, y + 12, _num(w), size=SMALL, color=on_viridis(w / max(weights)))
+        f.tensor(291, y, 1, 1, 50, cell_h=24, role="value")
+        f.label(316, y + 12, _num(value), size=SMALL)
+        f.arrow((342, y + 12), (366, y + 12), (total.x + 3, total.cy - 6 + 6 * i), role="value")
+    q = f.tensor(62, y0 + 170, 1, 2, 26, cell_h=24, role="query")
+    for j, x in enumerate(COW):
+        f.label(75 + 26 * j, y0 + 182, _num(x), size=SMALL)
+    f.text(28, y0 + 187, "`cow`", anchor="start", size=SMALL)
+    f.arrow(q.east, (172, q.cy), (172, y0 + 156), role="query")
+    f.text(186, y0 + 187, "the query: an animal, not stored", anchor="start", size=SMALL,
+           color=ROLES["query"].stroke)
+    out = f.tensor(438, total.cy - 12, 1, 1, 50, cell_h=24, role="value")
+    f.label(out.cx, out.cy, f"{read:.2f}", size=SMALL)
+    f.arrow(total.east, out.west, role="value")
+    f.text(out.cx, out.y - 10, "the answer", size=SMALL)
+    f.text(out.cx, out.bottom + 18, "∑ weight × value", size=SMALL, color=MUTED)
+    f.text(28, y0 + 222, "weights: the softmax of the scores ($T$ = 1); hard lookup is its limit as $T$ → 0",
+           anchor="start", size=SMALL, color=MUTED)
+    return f
+
+
+WEIGHTS = [[0.1, 0.2, 0.6, 0.1], [0.5, 0.2, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]]  # L = 3, S = 4
+
+
+def _shade(rows: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Weights scaled by their largest, as ``plot_attention`` colours them (vmax = the largest)."""
+    top = max(max(r) for r in rows)
+    return [[w / top for w in r] for r in rows]
+
+
+@figure("three-stages")
+def three_stages() -> Figure:
+    """Chapter 3: score, softmax, weighted sum, with every tensor's shape (``attention``)."""
+    f = Figure(540, 344, "The three stages of attention, with the shape of every tensor",
+               "Stage 1: the queries Q of shape (B, H, L, E) times the transposed keys K of shape "
+               "(B, H, S, E), divided by the square root of E, give scores of shape (B, H, L, S). "
+               "Stage 2: a softmax over the last axis, the keys, turns each row into weights that sum "
+               "to one, same shape. Stage 3: the weights times the values V of shape (B, H, S, Ev) "
+               "give the output, of shape (B, H, L, Ev).")
+    c = 18
+    top = 156
+    heads = [(20, "1  score", "$QK$^⊤ / √$E$"), (206, "2  normalise", "softmax over $S$"),
+             (370, "3  weighted sum", "weights · $V$")]
+    for x, name, formula in heads:
+        f.text(x, 30, name, anchor="start", bold=True)
+        f.text(x, 50, formula, anchor="start", size=SMALL, color=MUTED)
+    f.rect(194, 16, 1, 312, fill=CARD_EDGE, stroke="none")
+    f.rect(358, 16, 1, 312, fill=CARD_EDGE, stroke="none")
+    q = f.tensor(34, top, 3, 2, c, role="query")
+    f.text(q.cx, q.y - 10, "$Q$")
+    kt = f.tensor(94, top - 16 - 2 * c, 2, 4, c, role="key")
+    f.text(kt.cx, kt.y - 26, "$K$^⊤", size=SIZE)
+    f.text(kt.cx, kt.y - 8, "$K$: ($B$, $H$, $S$, $E$)", size=SMALL, color=MUTED)
+    scores = f.tensor(94, top, 3, 4, c)
+    f.arrow(q.east, (scores.x - 2, q.cy), role="query")
+    f.arrow(kt.base, (kt.cx, scores.y - 2), role="key")
+    f.text(q.cx + 4, q.bottom + 22, "($B$, $H$, $L$, $E$)", size=SMALL, color=MUTED)
+    f.text(scores.cx + 2, scores.bottom + 40, "scores ($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
+    soft = f.op(230, scores.cy, "softmax", size=SMALL)
+    f.arrow(scores.east, soft.west)
+    w = f.tensor(278, top, 3, 4, c, values=_shade(WEIGHTS))
+    f.arrow(soft.east, (w.x - 2, w.cy), role="weight")
+    f.text(w.cx, w.bottom + 22, "($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
+    f.text(w.cx, w.y - 10, "weights")
+    for i, line in enumerate(["row $i$: query $i$'s", "weights over the $S$", "keys, summing to 1;",
+                              "a mask removes keys", "before the softmax"]):
+        f.text(206, w.bottom + 56 + 16 * i, line, anchor="start", size=SMALL, color=MUTED)
+    v = f.tensor(448, top - 16 - 4 * c, 4, 3, c, role="value")
+    f.text(v.x - 8, v.cy - 2, "$V$", anchor="end")
+    f.text(v.x - 8, v.cy + 16, "($B$, $H$, $S$, $E_v$)", anchor="end", size=SMALL, color=MUTED)
+    out = f.tensor(448, top, 3, 3, c, role="value")
+    f.arrow(v.base, (v.cx, out.y - 2), role="value")
+    f.arrow(w.east, (out.x - 2, w.cy), role="weight")
+    f.text(out.cx - 8, out.bottom + 22, "output", size=SMALL)
+    f.text(out.cx - 12, out.bottom + 40, "($B$, $H$, $L$, $E_v$)", size=SMALL, color=MUTED)
+    return f
+
+
+# chapter 4 ----------------------------------------------------------------------------------
+SOFT = [0.02, 0.04, 0.08, 0.17, 0.3, 0.2, 0.1, 0.05, 0.04]  # alpha over L = 9 parts (sums to 1)
+HARD_PICK = 5  # a location drawn from SOFT (1-based, as the figure numbers the parts)
+CENTRE, HALF = 5.4, 2  # local attention's p_t and D (window of 2D + 1 = 5 positions)
+
+
+def local_weights() -> list[float | None]:
+    """Local-p's weights over the parts: the softmax of the scores inside the window times a
+    Gaussian of sigma = D / 2 around p_t, not renormalised; ``None`` outside the window."""
+    centre = round(CENTRE)
+    window = [i for i in range(1, len(SOFT) + 1) if abs(i - centre) <= HALF]
+    inside = sum(SOFT[i - 1] for i in window)
+    sigma = HALF / 2
+    return [SOFT[i - 1] / inside * math.exp(-((i - CENTRE) ** 2) / (2 * sigma**2)) if i in window else None
+            for i in range(1, len(SOFT) + 1)]
+
+
+@figure("soft-hard-local")
+def soft_hard_local() -> Figure:
+    """Chapter 4: soft, hard and local attention over the same nine parts of a source."""
+    f = Figure(540, 482, "Soft, hard and local attention over the same source",
+               "The same nine parts a_1 to a_9 of a source, three ways; the bars are the weights. Soft: "
+               "every part gets a weight and the context is the weighted sum of all of them. Hard: one "
+               "part is sampled from the weights and is the context. Local: a window of 2D + 1 = 5 "
+               "parts around the position p_t, weighted softly inside and by a Gaussian; the parts "
+               "outside take no part.")
+    n = len(SOFT)
+    x0, step, bar_h = 186, 36, 74
+    local = local_weights()
+    rows = [
+        ("soft", "weighs every part", SOFT, "$∑_i$ $α_i$ $**a**_i$"),
+        ("hard", "samples one part", [1.0 if i == HARD_PICK else 0.0 for i in range(1, n + 1)],
+         "$**a**_s$, $s$ ~ $α$"),
+        ("local", "a window of parts,", local, "∑ over the window"),
+    ]
+    for r, (name, how, weights, context) in enumerate(rows):
+        y = 28 + r * 152
+        if r:
+            f.rect(12, y - 14, 516, 1, fill=CARD_EDGE, stroke="none")
+        f.text(20, y + 14, name, anchor="start", bold=True)
+        f.text(20, y + 34, how, anchor="start", size=SMALL, color=MUTED)
+        if name == "local":
+            f.text(20, y + 50, "soft inside", anchor="start", size=SMALL, color=MUTED)
+        f.text(20, y + 80, "context:", anchor="start", size=SMALL, color=MUTED)
+        f.text(20, y + 98, context, anchor="start", size=SMALL, color=ROLES["value"].stroke)
+        top = max(w for w in weights if w is not None)
+        base = y + 96
+        for i, w in enumerate(weights):
+            x = x0 + i * step
+            if w is None:
+                f.rect(x + 3, base - 2, step - 6, 2, fill=FAINT, stroke="none")
+            else:
+                h = max(2.0, bar_h * w / top)
+                f.rect(x + 3, base - h, step - 6, h, fill=viridis(w / top), stroke="none")
+            part = f.tensor(x + 6, base + 6, 1, 1, step - 12, cell_h=18, faint=w is None)
+            f.label(part.cx, part.bottom + 13, f"$**a**_{{{i + 1}}}$", size=SMALL,
+                    color=MUTED if w is None else INK)
+        f.rect(x0, base, n * step, 1, fill=LINE, stroke="none")
+        if name == "hard":
+            f.text(x0 + HARD_PICK * step + 2, base - bar_h + 12, "drawn: $s$ = 5", anchor="start", size=SMALL)
+        if name == "local":
+            lo, hi = round(CENTRE) - HALF, round(CENTRE) + HALF
+            f.rect(x0 + (lo - 1) * step + 1, base - bar_h - 8, (hi - lo + 1) * step - 2, bar_h + 33,
+                   stroke=INK, width=1.4, rx=6, dash="5 4")
+            px = x0 + (CENTRE - 0.5) * step
+            f.path(f"M{fmt(px)} {fmt(base - bar_h - 8)} L{fmt(px)} {fmt(base)}", stroke=INK, width=1.2, dash="2 3")
+            f.text(px, base - bar_h - 19, "$p_t$", size=SMALL)
+            f.text(x0 + hi * step + 6, base - bar_h + 8, "window", anchor="start", size=SMALL)
+            f.text(x0 + hi * step + 6, base - bar_h + 26, "$p_t$ ± $D$", anchor="start", size=SMALL)
+    return f
+
+
+@figure("show-attend-tell")
+def show_attend_tell() -> Figure:
+    """Chapter 4.1: the captioner of ``models.captioning``, one step, as a loop."""
+    f = Figure(540, 480, "Show, attend and tell: one step of the captioner",
+               "An image of 48 by 48 pixels goes through a small CNN (two 3 by 3 convolutions, then a "
+               "max-pool over a 4 by 4 grid, plus a position embedding) to 16 annotation vectors a_1 to "
+               "a_L. At step t the attention MLP f_att scores every annotation against the LSTM's "
+               "previous state h_(t-1); a softmax gives the weights alpha_t over the 16 regions; soft "
+               "attention takes their weighted sum, hard attention one sampled annotation, as z_t. The "
+               "LSTM reads the previous word and z_t; the deep output layer turns y_(t-1), h_t and z_t "
+               "into the next word y_t, and h_t is the query of the next step.")
+    # the image: a 4 x 4 layout of cells with three shapes
+    img = f.rect(20, 40, 96, 96, fill="#ffffff", stroke=LINE, width=1.2)
+    for k in (1, 2, 3):
+        f.path(f"M{20 + 24 * k} 40 L{20 + 24 * k} 136 M20 {40 + 24 * k} L116 {40 + 24 * k}", stroke="#e3e7ee", width=1)
+    f.add('<circle cx="44" cy="64" r="8" fill="#d33c2f"/>')
+    f.add('<rect x="77" y="89" width="14" height="14" fill="#2f6fd3"/>')
+    f.add('<polygon points="104,44 112,58 96,58" fill="#3a9a3a"/>')
+    f.text(img.cx, 156, "image", size=SMALL)
+    f.text(img.cx, 172, "(3, 48, 48)", size=SMALL, color=MUTED)
+    cnn = f.layer(146, 60, 150, 56, "CNN", note="conv, conv, max-pool")
+    f.text(cnn.cx, cnn.bottom + 18, "+ a position embedding", size=SMALL, color=MUTED)
+    f.arrow(img.east, cnn.west)
+    ann = f.tensor(316, 40, 4, 4, 24)
+    f.arrow(cnn.east, (ann.x - 2, cnn.cy))
+    f.text(424, 60, "$**a**_1$ … $**a**_L$", anchor="start", size=SMALL)
+    f.text(424, 78, "$L$ = 16 regions,", anchor="start", size=SMALL, color=MUTED)
+    f.text(424, 94, "$D$ = 32 numbers", anchor="start", size=SMALL, color=MUTED)
+    f.text(424, 110, "each", anchor="start", size=SMALL, color=MUTED)
+    # attention: f_att -> softmax -> alpha_t -> soft sum or hard pick -> z_t
+    att = f.layer(304, 164, 120, 44, "$f$_{att}", note="additive score")
+    f.arrow(ann.base, att.top, role="key")
+    soft = f.op(364, 244, "softmax", size=SMALL)
+    f.arrow(att.base, soft.top)
+    alpha = [[0.02, 0.05, 0.02, 0.01], [0.04, 0.1, 0.06, 0.02], [0.03, 0.08, 0.5, 0.04], [0.01, 0.02, 0.05, 0.0]]
+    grid = f.tensor(324, 290, 4, 4, 20, values=_shade(alpha))
+    f.arrow(soft.base, (364, grid.y - 2), role="weight")
+    f.text(grid.right + 10, grid.y + 14, "$α_t$: one weight", anchor="start", size=SMALL)
+    f.text(grid.right + 10, grid.y + 30, "per region", anchor="start", size=SMALL)
+    pick = f.op(364, 408, "∑")
+    f.arrow(grid.base, pick.top, role="weight")
+    f.arrow((ann.right, 124), (504, 124), (504, pick.cy), pick.east, role="value")
+    f.text(394, 444, "soft: $∑_i$ $α_{ti}$ $**a**_i$", anchor="start", size=SMALL, color=ROLES["value"].stroke)
+    f.text(394, 462, "hard: $**a**_{s_t}$, $s_t$ ~ $α_t$", anchor="start", size=SMALL, color=ROLES["value"].stroke)
+    z = f.tensor(292, 402.5, 1, 4, 11, role="value")
+    f.arrow(pick.west, (z.right + 1, pick.cy), role="value")
+    f.text(z.cx, z.y - 8, "$**ẑ**_t$", size=SMALL)
+    # decoder: LSTM reads [E y_{t-1}; z_t]; deep output; h_t back to f_att
+    lstm = f.layer(150, 388, 118, 40, "LSTM", note="[$E y_{t-1}$; $**ẑ**_t$]", size=SMALL)
+    f.arrow((z.x, pick.cy), lstm.east, role="value")
+    f.arrow((209, 462), lstm.base)
+    f.text(209, 474, "$y_{t-1}$", size=SMALL)
+    out = f.layer(20, 388, 108, 40, "deep output", size=SMALL)
+    f.arrow(lstm.west, out.east)
+    f.arrow(out.top, (out.cx, 350))
+    f.text(out.cx, 342, "$y_t$, the next word", size=SMALL)
+    f.text(20, 448, "$L_o$($E y_{t-1}$ + $L_h$ $**h**_t$", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 464, "+ $L_z$ $**ẑ**_t$)", anchor="start", size=SMALL, color=MUTED)
+    f.arrow((209, lstm.y), (209, att.cy), att.west, role="query")
+    f.text(216, 300, "$**h**_t$: the query", anchor="start", size=SMALL, color=ROLES["query"].stroke)
+    f.text(216, 316, "of the next step", anchor="start", size=SMALL, color=ROLES["query"].stroke)
+    f.text(290, att.cy - 8, "$**h**_{t-1}$", anchor="end", size=SMALL, color=ROLES["query"].stroke)
+    return f
+
+
+# chapter 5 ----------------------------------------------------------------------------------
+@figure("self-cross")
+def self_cross() -> Figure:
+    """Chapter 5: where Q, K and V come from in self-attention and in cross-attention."""
+    f = Figure(540, 400, "Self-attention and cross-attention",
+               "Self-attention: the queries, keys and values are three projections of the same "
+               "sequence X, so L = S = N. Cross-attention: the queries are projected from the decoder's "
+               "sequence (L positions) and the keys and values from the encoder's output (S positions). "
+               "The attention itself is the same computation; the output has one vector per query.")
+    f.rect(270, 16, 1, 368, fill=CARD_EDGE, stroke="none")
+    c = 12
+
+    def project(xs: Sequence[float], y: float) -> list[Box]:
+        return [f.layer(x - 26, y, 52, 28, name, size=SMALL)
+                for x, name in zip(xs, ["$W^Q$", "$W^K$", "$W^V$"])]
+
+    def qkv(xs: Sequence[float], y: float, rows: Sequence[int]) -> list[Box]:
+        out = []
+        for x, role, n, name in zip(xs, ("query", "key", "value"), rows, ("$Q$", "$K$", "$V$")):
+            t = f.tensor(x - 1.5 * c, y, n, 3, c, role=role)
+            f.text(x + 1.5 * c + 6, y + 14, name, anchor="start", size=SMALL)
+            out.append(t)
+        return out
+
+    def finish(cx: float, tensors: list[Box], rows: int, note: str) -> None:
+        att = f.op(cx, 300, "attention", size=SMALL)
+        for t, role in zip(tensors, ("query", "key", "value")):
+            bend = (t.cx, 268) if t.cx != cx else (t.cx, t.bottom + 4)
+            f.arrow(t.base, bend, att.rim(*bend), role=role)
+        out = f.tensor(cx - 1.5 * c, 344, rows, 3, c, role="value")
+        f.arrow(att.base, (cx, out.y - 2), role="value")
+        f.text(out.right + 8, out.y + 14, "output", anchor="start", size=SMALL)
+        f.text(out.right + 8, out.y + 32, note, anchor="start", size=SMALL, color=MUTED)
+
+    # self-attention: one sequence
+    f.text(135, 32, "self-attention", bold=True)
+    f.text(135, 50, "$Q$, $K$, $V$ from one sequence", size=SMALL, color=MUTED)
+    xs = [65, 135, 205]
+    x_in = f.tensor(135 - 1.5 * c, 70, 4, 3, c)
+    f.text(x_in.right + 8, x_in.y + 14, "$X$", anchor="start", size=SMALL)
+    f.text(x_in.right + 8, x_in.y + 32, "$N$ tokens", anchor="start", size=SMALL, color=MUTED)
+    boxes = project(xs, 150)
+    for b in boxes:
+        f.arrow((135, x_in.bottom), (135, 132), (b.cx, 132), b.top)
+    ts = qkv(xs, 196, [4, 4, 4])
+    for b, t in zip(boxes, ts):
+        f.arrow(b.base, (b.cx, t.y - 1))
+    finish(135, ts, 4, "$L$ = $S$ = $N$")
+
+    # cross-attention: queries from the decoder, keys and values from the encoder
+    f.text(405, 32, "cross-attention", bold=True)
+    f.text(405, 50, "$Q$ from one, $K$, $V$ from another", size=SMALL, color=MUTED)
+    xs = [325, 405, 475]
+    dec = f.tensor(325 - 1.5 * c, 70, 3, 3, c)
+    f.text(dec.cx, dec.bottom + 16, "decoder", size=SMALL, color=MUTED)
+    enc = f.tensor(440 - 1.5 * c, 70, 5, 3, c)
+    f.text(enc.right + 6, enc.y + 14, "encoder", anchor="start", size=SMALL, color=MUTED)
+    f.text(enc.right + 6, enc.y + 30, "output", anchor="start", size=SMALL, color=MUTED)
+    boxes = project(xs, 150)
+    f.arrow((dec.cx, dec.bottom + 22), boxes[0].top)
+    f.arrow((enc.cx, enc.bottom), (enc.cx, 132), (boxes[1].cx, 132), boxes[1].top)
+    f.arrow((enc.cx, 132), (boxes[2].cx, 132), boxes[2].top)
+    ts = qkv(xs, 196, [3, 5, 5])
+    for b, t in zip(boxes, ts):
+        f.arrow(b.base, (b.cx, t.y - 1))
+    finish(405, ts, 3, "$L$ rows")
+    return f
+
+
+@figure("multihead")
+def multihead() -> Figure:
+    """Chapter 5: MultiHeadAttention's split, attend and merge, with shapes (``attention.multihead``)."""
+    f = Figure(540, 570, "Multi-head attention: project, split into heads, attend, merge",
+               "The query (B, L, D) and the key and value (B, S, D) are projected by q_proj, k_proj and "
+               "v_proj, each D to D; a view and a transpose split the D features into H heads of E = D / H, "
+               "giving (B, H, L, E) and (B, H, S, E). Every head attends on its own: weights (B, H, L, S), "
+               "output (B, H, L, E). A transpose and a reshape put the heads side by side again, (B, L, D), "
+               "and out_proj mixes them. Drawn with L = 3, S = 4, D = 4 and H = 2 heads of E = 2.")
+    c = 13
+    L, S, D, H = 3, 4, 4, 2
+    E = D // H
+    xs = {"query": 120, "key": 270, "value": 420}
+
+    def split_line(t: Box, rows: int) -> None:
+        x = t.x + E * c
+        f.path(f"M{fmt(x)} {fmt(t.y)} L{fmt(x)} {fmt(t.y + rows * c)}", stroke=INK, width=2.2)
+
+    projs = {}
+    for role, x in xs.items():
+        rows = L if role == "query" else S
+        t = f.tensor(x - D * c / 2, 40, rows, D, c, role=role)
+        split_line(t, rows)
+        f.text(x, 32, role, size=SMALL, color=ROLES[role].stroke)
+        f.text(t.right + 8, t.y + 14, "($B$, $L$, $D$)" if role == "query" else "($B$, $S$, $D$)",
+               anchor="start", size=SMALL, color=MUTED)
+        b = f.layer(x - 34, 116, 68, 28, f"`{role[0]}_proj`", size=SMALL)
+        f.arrow((x, t.bottom), b.top, role=role)
+        projs[role] = b
+    # split: view and transpose
+    y_split = 176
+    for role, b in projs.items():
+        f.path(f"M{fmt(b.cx)} {fmt(b.bottom)} L{fmt(b.cx)} {fmt(y_split - 12)}", stroke=ROLES[role].stroke, width=1.6)
+    f.path(f"M{fmt(projs['query'].cx)} {fmt(y_split - 12)} L{fmt(projs['value'].cx)} {fmt(y_split - 12)}", stroke=LINE,
+           width=1.6)
+    f.text(270, y_split + 4, "view and transpose: ($B$, $L$, $D$) → ($B$, $L$, $H$, $E$) → ($B$, $H$, $L$, $E$)",
+           size=SMALL)
+    # one container per head
+    outs = []
+    for h in range(H):
+        x0, y0 = 20 + h * 256, 204
+        f.rect(x0, y0, 244, 200, fill="#eef2f8", stroke="none", rx=9)
+        f.arrow((x0 + 122, y_split + 10), (x0 + 122, y0))
+        f.text(x0 + 10, y0 + 20, f"head {h + 1}", anchor="start", bold=True, size=SMALL)
+        q = f.tensor(x0 + 30, y0 + 48, L, E, c, role="query")
+        k = f.tensor(x0 + 84, y0 + 48, S, E, c, role="key")
+        v = f.tensor(x0 + 176, y0 + 48, S, E, c, role="value")
+        for t, name in ((q, "$q$"), (k, "$k$"), (v, "$v$")):
+            f.text(t.cx, t.y - 6, name, size=SMALL)
+        w = f.tensor(x0 + 44, y0 + 126, L, S, c, values=_shade(WEIGHTS))
+        o = f.tensor(x0 + 176, y0 + 126, L, E, c, role="value")
+        f.arrow(q.base, (q.cx, w.y - 1), role="query")
+        f.arrow(k.base, (k.cx, w.y - 1), role="key")
+        f.arrow(v.base, (v.cx, o.y - 1), role="value")
+        f.arrow(w.east, (o.x - 1, w.cy), role="weight")
+        f.text(w.cx, w.bottom + 16, "weights", size=SMALL)
+        f.text(w.cx, w.bottom + 32, "($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
+        f.text(o.cx, o.bottom + 16, "output", size=SMALL)
+        f.text(o.cx, o.bottom + 32, "($B$, $H$, $L$, $E$)", size=SMALL, color=MUTED)
+        outs.append(o)
+    # merge: transpose and reshape, then out_proj
+    merged = f.tensor(40, 486, L, D, c, role="value")
+    split_line(merged, L)
+    for h, (o, y) in enumerate(zip(outs, (426, 436))):
+        x = merged.x + (h + 0.5) * E * c
+        f.arrow(o.east, (o.right + 38, o.cy), (o.right + 38, y), (x, y), (x, merged.y - 1), role="value")
+    f.text(110, 462, "transpose and reshape: ($B$, $H$, $L$, $E$) → ($B$, $L$, $H$, $E$) → ($B$, $L$, $D$)",
+           anchor="start", size=SMALL)
+    out_proj = f.layer(merged.right + 40, 492, 80, 28, "`out_proj`", size=SMALL)
+    f.arrow(merged.east, out_proj.west, role="value")
+    final = f.tensor(out_proj.right + 40, 486, L, D, c)
+    f.arrow(out_proj.east, (final.x - 1, out_proj.cy))
+    f.text(final.right + 8, final.y + 14, "($B$, $L$, $D$)", anchor="start", size=SMALL, color=MUTED)
+    f.text(merged.cx, merged.bottom + 20, "heads side by side", size=SMALL, color=MUTED)
+    f.text(final.right + 8, final.y + 30, "`out_proj` mixes", anchor="start", size=SMALL, color=MUTED)
+    f.text(final.right + 8, final.y + 46, "the heads", anchor="start", size=SMALL, color=MUTED)
+    return f
+
+
+@figure("masks")
+def masks() -> Figure:
+    """Chapter 5: a padding mask, a causal mask and both, as grids of (query, key); True takes part."""
+    n, length = 6, 4
+    f = Figure(540, 300, "The padding mask, the causal mask, and both",
+               "Grids of 6 queries (rows) by 6 keys (columns) for a sentence of length 4 in a batch padded "
+               "to 6. Dark cells are True: the key takes part; light cells are False: the key is removed "
+               "before the softmax. Padding: the last two keys are removed for every query; it is stored "
+               "as one row of shape (B, 1, 1, S) and broadcast over the queries. Causal: query i sees keys "
+               "0 to i, shape (L, S). Both: the cells where both are True, shape (B, 1, L, S).")
+    c = 18
+    on, off = ROLES["layer"].stroke, "#ffffff"
+
+    def grid(x: float, y: float, keep: Callable[[int, int], bool], rows: int = n) -> Box:
+        for i in range(rows):
+            for j in range(n):
+                f.rect(x + j * c, y + i * c, c, c, fill=on if keep(i, j) else off, stroke=FAINT, width=0.8)
+        return f.rect(x, y, n * c, rows * c, stroke=LINE, width=1.4)
+
+    y = 92
+    pad = grid(62, y, lambda i, j: j < length)
+    row = grid(62, 40, lambda i, j: j < length, rows=1)
+    f.arrow((pad.cx, row.bottom + 2), (pad.cx, pad.y - 2))
+    f.text(pad.right + 6, 54, "($B$, 1, 1, $S$)", anchor="start", size=SMALL, color=MUTED)
+    f.text(pad.cx + 8, 78, "broadcast", anchor="start", size=SMALL, color=MUTED)
+    causal = grid(236, y, lambda i, j: j <= i)
+    both = grid(410, y, lambda i, j: j <= i and j < length)
+    f.label((pad.right + causal.x) / 2, pad.cy, "&", size=20)
+    f.label((causal.right + both.x) / 2, pad.cy, "=", size=20)
+    for box, title, shape in ((pad, "padding (length 4)", "($B$, 1, 1, $S$)"), (causal, "causal", "($L$, $S$)"),
+                              (both, "both", "($B$, 1, $L$, $S$)")):
+        f.text(box.cx, box.bottom + 22, title)
+        f.text(box.cx, box.bottom + 40, shape, size=SMALL, color=MUTED)
+    f.text(pad.x - 6, pad.y + 12, "query", anchor="end", size=SMALL, color=MUTED)
+    f.text(pad.x - 24, pad.y + 30, "↓", size=SMALL, color=MUTED)
+    f.text(causal.x, 82, "key →", anchor="start", size=SMALL, color=MUTED)  # the columns
+    f.rect(62, 262, 14, 14, fill=on, stroke=FAINT)
+    f.text(82, 274, "True: the key takes part", anchor="start", size=SMALL)
+    f.rect(280, 262, 14, 14, fill=off, stroke=FAINT)
+    f.text(300, 274, "False: removed before the softmax", anchor="start", size=SMALL)
+    return f
+
+
+# chapter 6 ----------------------------------------------------------------------------------
+SUBLAYER_H = 129  # the height of one sub-layer with its residual connection and LayerNorm
+
+
+def _sublayers(f: Figure, cx: float, bottom: float, names: Sequence[str], norm_first: bool = False,
+               lane: float = 92) -> list[Box]:
+    """Sub-layers stacked upwards from ``bottom``, each inside a residual connection and a
+    LayerNorm, as ``transformer._sublayer`` wraps them; returns the sub-layer boxes."""
+    boxes = []
+    y = bottom
+    for name in names:
+        split = y - 14
+        f.add(f'<circle cx="{fmt(cx)}" cy="{fmt(split)}" r="2.6" fill="{LINE}"/>')
+        if norm_first:  # x + Sublayer(LayerNorm(x))
+            norm = f.layer(cx - 50, split - 38, 100, 24, "LayerNorm", size=SMALL)
+            f.arrow((cx, y), norm.base)
+            box = f.layer(cx - 75, norm.y - 46, 150, 32, name, size=SMALL)
+            f.arrow(norm.top, box.base)
+            add = f.op(cx, box.y - 22, "+", r=9)
+            f.arrow(box.top, add.base)
+            top = add.y
+        else:  # LayerNorm(x + Sublayer(x))
+            box = f.layer(cx - 75, split - 46, 150, 32, name, size=SMALL)
+            f.arrow((cx, y), box.base)
+            add = f.op(cx, box.y - 22, "+", r=9)
+            f.arrow(box.top, add.base)
+            norm = f.layer(cx - 50, add.y - 38, 100, 24, "LayerNorm", size=SMALL)
+            f.arrow(add.top, norm.base)
+            top = norm.y
+        f.arrow((cx, split), (cx + lane, split), (cx + lane, add.cy), add.east)
+        boxes.append(box)
+        y = top
+    return boxes
+
+
+@figure("transformer")
+def transformer() -> Figure:
+    """Chapter 6: the encoder-decoder Transformer of ``models.transformer`` (post-LN, as the paper)."""
+    f = Figure(540, 716, "The Transformer, as the package builds it",
+               "Source tokens (B, S) are embedded, scaled by the square root of D and added to sinusoidal "
+               "positions, then pass through the encoder layers: self-attention and a feed-forward network, "
+               "each inside a residual connection followed by a LayerNorm. The result, the memory (B, S, D), "
+               "gives the keys and values of the cross-attention in every decoder layer. Target tokens "
+               "(B, T), shifted right, are embedded the same way and pass through the decoder layers: causal "
+               "self-attention, cross-attention and a feed-forward network. A final linear layer gives the "
+               "logits (B, T, V). A final LayerNorm after each stack is there for pre-LN only.")
+    enc_x, dec_x, base = 136, 404, 604
+    stacks = ((enc_x, ["self-attention", "feed-forward"], "`num_encoder_layers`"),
+              (dec_x, ["causal self-attention", "cross-attention", "feed-forward"], "`num_decoder_layers`"))
+    built, tops = [], []
+    for cx, names, count in stacks:
+        top = base - SUBLAYER_H * len(names) - 12
+        f.rect(cx - 112, top, 224, base - top, fill="#eef2f8", stroke=LINE, width=1.2, rx=10)
+        # the repetition, written up the container's left edge, clear of the arrows
+        mid = (top + base) / 2 if len(names) == 2 else top + 84  # the decoder's: above the memory's arrow
+        f.add(f'<g transform="translate({fmt(cx - 96)} {fmt(mid)}) rotate(-90)">'
+              f'<text text-anchor="middle" font-size="{SMALL}">{_tspans("× " + count, SMALL)}</text></g>')
+        built.append(_sublayers(f, cx, base, names))
+        tops.append(top)
+    for cx, label in ((enc_x, "source tokens ($B$, $S$)"), (dec_x, "target tokens, shifted ($B$, $T$)")):
+        emb = f.layer(cx - 100, base + 22, 200, 38, "embedding × √$D$", note="+ sinusoidal positions", size=SMALL)
+        f.arrow(emb.top, (cx, base))
+        f.arrow((cx, emb.bottom + 20), emb.base)
+        f.text(cx, emb.bottom + 36, label, size=SMALL)
+    # the encoder's output: the final norm (pre-LN), then the memory to every cross-attention
+    enc_top, dec_top = tops
+    fin = f.layer(enc_x - 50, enc_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
+    f.arrow((enc_x, enc_top + 12), fin.base)
+    f.text(enc_x + 56, fin.cy + 5, "pre-LN only", anchor="start", size=SMALL, color=MUTED)
+    knot = fin.y - 22
+    f.text(enc_x, knot - 14, "memory ($B$, $S$, $D$)", size=SMALL)
+    cross = built[1][1]
+    f.arrow(fin.top, (enc_x, knot), (268, knot), (268, cross.cy), cross.west, role="key")
+    f.add(f'<circle cx="{fmt(enc_x)}" cy="{fmt(knot)}" r="2.6" fill="{ROLES["key"].stroke}"/>')
+    f.text(274, cross.y - 8, "$K$, $V$", anchor="start", size=SMALL, color=ROLES["key"].stroke)
+    f.text(cross.x + 4, cross.bottom + 16, "$Q$", anchor="start", size=SMALL, color=ROLES["query"].stroke)
+    # the decoder's output
+    fin = f.layer(dec_x - 50, dec_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
+    f.arrow((dec_x, dec_top + 12), fin.base)
+    f.text(dec_x - 56, fin.cy + 5, "pre-LN only", anchor="end", size=SMALL, color=MUTED)
+    gen = f.layer(dec_x - 50, fin.y - 50, 100, 30, "Linear", size=SMALL)
+    f.arrow(fin.top, gen.base)
+    f.arrow(gen.top, (dec_x, gen.y - 22))
+    f.text(dec_x, gen.y - 28, "logits ($B$, $T$, $V$)", size=SMALL)
+    f.text(gen.x - 10, gen.cy - 3, "`generator`; the softmax", anchor="end", size=SMALL, color=MUTED)
+    f.text(gen.x - 10, gen.cy + 13, "is in the loss", anchor="end", size=SMALL, color=MUTED)
+    f.text(20, 32, "post-LN, the paper's order:", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, 48, "LayerNorm($x$ + Sublayer($x$))", anchor="start", size=SMALL, color=MUTED)
+    return f
+
+
+@figure("post-pre-ln")
+def post_pre_ln() -> Figure:
+    """Chapter 6: ``_sublayer`` with ``norm_first`` False (post-LN) and True (pre-LN)."""
+    f = Figure(520, 280, "Post-LN and pre-LN sub-layers",
+               "Post-LN, the paper's order: the sub-layer reads x, its output is added to x, and the sum "
+               "is normalised: LayerNorm(x + Sublayer(x)). Pre-LN: x is normalised first, the sub-layer "
+               "reads the normalised x, and its output is added to x itself, which is never normalised "
+               "on the residual path: x + Sublayer(LayerNorm(x)).")
+    f.rect(260, 16, 1, 248, fill=CARD_EDGE, stroke="none")
+    for cx, name, formula, first in ((130, "post-LN", "LayerNorm($x$ + Sublayer($x$))", False),
+                                     (390, "pre-LN", "$x$ + Sublayer(LayerNorm($x$))", True)):
+        f.text(cx, 32, name, bold=True)
+        f.text(cx, 52, formula, size=SMALL, color=MUTED)
+        bottom = 240
+        _sublayers(f, cx, bottom, ["Sublayer"], norm_first=first, lane=80)
+        f.arrow((cx, 262), (cx, bottom))
+        f.text(cx - 8, 258, "$x$", anchor="end", size=SMALL)
+        top = bottom - SUBLAYER_H
+        f.arrow((cx, top), (cx, 76))
+        f.text(cx + 40, bottom + 6, "residual", size=SMALL, color=MUTED)
+    return f
+
+
+@figure("kv-cache")
+def kv_cache() -> Figure:
+    """Chapter 6: greedy decoding with ``KVCache``: one new key and value per step and layer."""
+    steps = 4
+    f = Figure(540, 486, "The decoder's key/value cache over the steps of greedy decoding",
+               "At every step the decoder feeds only the newest token. In each layer's self-attention it "
+               "projects that token's query, key and value, appends the key and the value to the cache "
+               "(B, H, t, E), and the query attends to all t cached positions. The cross-attention's keys "
+               "and values, projected from the encoder's memory (B, H, S, E), are computed at the first "
+               "step and reused at every later one.")
+    c = 22
+    f.text(160, 30, "self-attention", anchor="start", bold=True)
+    f.text(160, 48, "`self_k`, `self_v`", anchor="start", size=SMALL, color=MUTED)
+    f.text(160, 64, "($B$, $H$, $t$, $E$)", anchor="start", size=SMALL, color=MUTED)
+    f.text(340, 30, "cross-attention", anchor="start", bold=True)
+    f.text(340, 48, "`cross_k`, `cross_v`", anchor="start", size=SMALL, color=MUTED)
+    f.text(340, 64, "($B$, $H$, $S$, $E$)", anchor="start", size=SMALL, color=MUTED)
+    inputs = ["<s>", "$y$_1", "$y$_2", "$y$_3"]
+    for t in range(1, steps + 1):
+        y = 86 + (t - 1) * 88
+        if t > 1:
+            f.rect(12, y - 8, 516, 1, fill=CARD_EDGE, stroke="none")
+        f.text(20, y + 20, f"$t$ = {t}", anchor="start", bold=True, size=SMALL)
+        f.text(20, y + 38, "feeds " + inputs[t - 1], anchor="start", size=SMALL, color=MUTED)
+        q = f.tensor(96, y + 8, 1, 1, c, role="query")
+        f.text(q.cx, q.bottom + 16, "$q$", size=SMALL)
+        k = f.tensor(160, y, 1, t, c, role="key", highlight=[(0, t - 1)])
+        v = f.tensor(160, y + c + 6, 1, t, c, role="value", highlight=[(0, t - 1)])
+        f.arrow(q.east, (k.x - 2, q.cy), role="query")
+        f.text(k.right + 8, k.cy + 5, "$k$", anchor="start", size=SMALL, color=ROLES["key"].stroke)
+        f.text(v.right + 8, v.cy + 5, "$v$", anchor="start", size=SMALL, color=ROLES["value"].stroke)
+        # cross-attention: projected from the memory once, then read from the cache
+        new = [(0, j) for j in range(5)] if t == 1 else []  # projected from the memory at step 1 only
+        ck = f.tensor(340, y, 1, 5, c * 0.8, role="key", cell_h=c, highlight=new)
+        cv = f.tensor(340, y + c + 6, 1, 5, c * 0.8, role="value", cell_h=c, highlight=new)
+        f.text(ck.right + 8, y + 24, "projected" if t == 1 else "read from", anchor="start", size=SMALL,
+               color=INK if t == 1 else MUTED)
+        f.text(ck.right + 8, y + 40, "once" if t == 1 else "the cache", anchor="start", size=SMALL,
+               color=INK if t == 1 else MUTED)
+    y = 86 + 3 * 88 + 64
+    f.rect(20, y, c, c, fill="#ffffff", stroke=INK, width=2.2)
+    for i, line in enumerate(["computed at this step: for the self-attention, the newest",
+                              "token's key and value, appended; its query sees all $t$.",
+                              "Without the cache, step $t$ would project all $t$ again."]):
+        f.text(52, y + 16 + 18 * i, line, anchor="start", size=SMALL)
+    return f
+
+
+# chapter 7 ----------------------------------------------------------------------------------
+N_PATH, K_CONV, R_BAND = 8, 2, 2  # the figure's sequence length, kernel width and window radius
+
+
+def path_lengths(n: int = N_PATH, k: int = K_CONV, r: int = R_BAND) -> dict[str, int]:
+    """Layers (or steps) between the two most distant positions, as the figure draws them;
+    tests/book/test_figure_sources.py checks them against ``attnlab.complexity.table_row``."""
+    return {"recurrent": n - 1, "convolutional": math.ceil(math.log(n, k) - 1e-9), "self-attention": 1,
+            "restricted": math.ceil((n - 1) / r)}
+
+
+@figure("path-length")
+def path_length() -> Figure:
+    """Chapter 7: how many steps separate the first input from the last output, four ways."""
+    counts = path_lengths()
+    f = Figure(540, 520, "Maximum path length of four layer types",
+               f"Eight positions. Recurrent: the first input reaches the last output through "
+               f"{counts['recurrent']} recurrent steps. Convolutional, width {K_CONV} with dilations 1, 2, 4: "
+               f"{counts['convolutional']} layers. Self-attention: one layer connects every pair. Restricted "
+               f"self-attention with a window of {R_BAND} on each side: {counts['restricted']} layers.")
+    n, gap, cell = N_PATH, 27, 10
+    f.rect(270, 16, 1, 488, fill=CARD_EDGE, stroke="none")
+    f.rect(12, 232, 516, 1, fill=CARD_EDGE, stroke="none")
+    HOT = INK
+
+    def nodes(x0: float, y: float, hot: Sequence[int] = ()) -> list[tuple[float, float]]:
+        pts = []
+        for i in range(n):
+            cx = x0 + i * gap
+            on = i in hot
+            f.rect(cx - cell / 2, y - cell / 2, cell, cell, fill=HOT if on else ROLES["state"].fill,
+                   stroke=HOT if on else ROLES["state"].stroke, width=1)
+            pts.append((cx, y))
+        return pts
+
+    def edge(a: tuple[float, float], b: tuple[float, float], hot: bool = False) -> None:
+        f.path(f"M{fmt(a[0])} {fmt(a[1] - cell / 2)} L{fmt(b[0])} {fmt(b[1] + cell / 2)}",
+               stroke=HOT if hot else FAINT, width=2.4 if hot else 1)
+
+    def panel(x: float, y: float, name: str, note: str, count: str) -> None:
+        f.text(x, y, name, anchor="start", bold=True)
+        f.text(x, y + 18, note, anchor="start", size=SMALL, color=MUTED)
+        f.text(x + 234, y, count, anchor="end", size=SMALL)
+
+    # recurrent: x_i -> h_i -> y_i, h_i -> h_{i+1}
+    x0 = 34
+    panel(20, 34, "recurrent", "one layer, $n$ steps in time", f"{counts['recurrent']} steps")
+    xs = nodes(x0, 200)
+    hs = nodes(x0, 150, hot=range(n))
+    ys = nodes(x0, 100, hot=[n - 1])
+    f.rect(xs[0][0] - cell / 2, 195, cell, cell, fill=HOT, stroke=HOT, width=1)
+    for i in range(n):
+        edge(xs[i], hs[i], hot=i == 0)
+        edge(hs[i], ys[i], hot=i == n - 1)
+        if i:
+            f.path(f"M{fmt(hs[i - 1][0] + cell / 2)} 150 L{fmt(hs[i][0] - cell / 2)} 150", stroke=HOT, width=2.4)
+    # convolutional: dilations 1, 2, 4 (width 2)
+    x0 = 304
+    panel(290, 34, "convolutional", f"width {K_CONV}, dilations 1, 2, 4", f"{counts['convolutional']} layers")
+    levels = [nodes(x0, 200, hot=[0])]
+    path = [0, 1, 3, 7]
+    for level in range(1, 4):
+        y = 200 - level * 34
+        levels.append(nodes(x0, y, hot=[path[level]]))
+        d = K_CONV ** (level - 1)
+        for i in range(n):
+            for j in (i - d, i):
+                if j >= 0:
+                    edge(levels[level - 1][j], levels[level][i], hot=(j, i) == (path[level - 1], path[level]))
+    # self-attention: every pair, one layer
+    x0 = 34
+    panel(20, 264, "self-attention", "one layer, every pair", f"{counts['self-attention']} layer")
+    bottom, top = nodes(x0, 470, hot=[0]), nodes(x0, 330, hot=[n - 1])
+    for i in range(n):
+        for j in range(n):
+            if (i, j) != (0, n - 1):
+                edge(bottom[i], top[j])
+    edge(bottom[0], top[n - 1], hot=True)
+    # restricted: a window of R_BAND on each side
+    x0 = 304
+    panel(290, 264, "restricted", f"window $r$ = {R_BAND} on each side", f"{counts['restricted']} layers")
+    layers = counts["restricted"]
+    rows = [nodes(x0, 470, hot=[0])]
+    path = [0]
+    for level in range(1, layers + 1):
+        path.append(min(n - 1, path[-1] + R_BAND))
+    for level in range(1, layers + 1):
+        y = 470 - level * 35
+        rows.append(nodes(x0, y, hot=[path[level]]))
+        for i in range(n):
+            for j in range(max(0, i - R_BAND), min(n, i + R_BAND + 1)):
+                edge(rows[level - 1][j], rows[level][i], hot=(j, i) == (path[level - 1], path[level]))
+    f.text(20, 508, "dark: the path from the first input to the last output", anchor="start", size=SMALL,
+           color=MUTED)
+    return f
+
+
+@figure("online-softmax")
+def online_softmax() -> Figure:
+    """Chapter 7: ``blockwise_attention``'s loop over blocks of keys, with its running m, l, acc."""
+    f = Figure(540, 494, "Exact attention in blocks of keys, with an online softmax",
+               "The keys and values are cut into blocks of b positions. For the current block, the scores "
+               "of all L queries against its b keys form an L by b tile; the rest of the L by S score matrix "
+               "is never held. Each query keeps three running quantities: the largest score so far m, the "
+               "sum of exponentials l relative to m, and the weighted sum of values acc. A block that raises "
+               "the maximum rescales the earlier sums by exp(m - m'). After the last block the output is "
+               "acc / l.")
+    c = 18
+    L, b, blocks, E, Ev = 4, 3, 4, 2, 3
+    current = 1  # the block being processed (0-based): block 1 is done, blocks 3 and 4 are to come
+    x0, pitch = 132, b * c + 8
+    f.text(20, 30, "the loop runs over blocks of $b$ keys", anchor="start", bold=True)
+    for j in range(blocks):
+        kt = f.tensor(x0 + j * pitch, 66, E, b, c, role="key", faint=j != current)
+        f.text(kt.cx, kt.y - 7, f"block {j + 1}", size=SMALL, color=INK if j == current else MUTED)
+        if j == current:
+            kblock = kt
+    f.text(x0 - 10, 90, "$K$^⊤", anchor="end")
+    q = f.tensor(40, 126, L, E, c, role="query")
+    f.text(q.cx, q.y - 8, "$Q$")
+    f.text(q.cx, q.bottom + 18, "($L$, $E$)", size=SMALL, color=MUTED)
+    width = blocks * pitch - 8
+    f.rect(x0, 126, width, L * c, stroke=FAINT, width=1.4, dash="5 4")
+    tile = f.tensor(x0 + current * pitch, 126, L, b, c)
+    f.arrow(q.east, (tile.x - 2, q.cy), role="query")
+    f.arrow(kblock.base, (kblock.cx, tile.y - 2), role="key")
+    for i, line in enumerate(["tile $s$: ($L$, $b$)", "dashed: the rest of", "the ($L$, $S$) scores,",
+                              "never held"]):
+        f.text(x0 + width + 10, 140 + 17 * i, line, anchor="start", size=SMALL, color=INK if i == 0 else MUTED)
+    # the running state per query, updated from the tile and the block's values
+    y = 262
+    f.text(20, y + 16, "carried from", anchor="start", size=SMALL)
+    f.text(20, y + 32, "block to block,", anchor="start", size=SMALL)
+    f.text(20, y + 48, "per query", anchor="start", size=SMALL)
+    m = f.tensor(150, y, L, 1, c)
+    ell = f.tensor(186, y, L, 1, c)
+    acc = f.tensor(222, y, L, Ev, c, role="value")
+    bus = y - 24
+    f.path(f"M{fmt(tile.cx)} {fmt(tile.bottom)} L{fmt(tile.cx)} {fmt(bus)} M{fmt(m.cx)} {fmt(bus)} "
+           f"L{fmt(acc.cx)} {fmt(bus)}", stroke=LINE, width=1.6)
+    for t in (m, ell, acc):
+        f.arrow((t.cx, bus), (t.cx, t.y - 1))
+    f.text(m.cx, m.bottom + 18, "$m$", size=SMALL)
+    f.text(ell.cx, ell.bottom + 18, "$ℓ$", size=SMALL)
+    f.text(acc.cx, acc.bottom + 18, "$**a**$ (`acc`)", size=SMALL)
+    f.text(150, acc.bottom + 36, "$m$, $ℓ$: ($L$, 1);  $**a**$: ($L$, $E_v$)", anchor="start", size=SMALL,
+           color=MUTED)
+    v = f.tensor(340, y, b, Ev, c, role="value")
+    f.arrow(v.west, (acc.right + 2, v.cy), role="value")
+    f.text(v.right + 8, v.y + 14, "$**v**$, block 2", anchor="start", size=SMALL)
+    f.text(v.right + 8, v.y + 30, "($b$, $E_v$)", anchor="start", size=SMALL, color=MUTED)
+    lines = [
+        "$m$′ = max($m$, max_{$j$} $s_j$)",
+        "$ℓ$′ = $ℓ$ e^{$m$ − $m$′} + $∑_j$ e^{$s_j$ − $m$′}",
+        "$**a**$′ = $**a**$ e^{$m$ − $m$′} + $∑_j$ e^{$s_j$ − $m$′} $**v**_j$",
+        "after the last block: output = $**a**$ / $ℓ$",
+    ]
+    for i, line in enumerate(lines):
+        f.text(40, 408 + 22 * i, line, anchor="start", size=SIZE if i < 3 else SMALL, color=INK if i < 3 else MUTED)
+    return f
+
+
+# the legend, for book/notation.md ----------------------------------------------------------
+@figure("legend")
+def legend() -> Figure:
+    """The visual language of every figure: the colours of the roles and the three shapes."""
+    f = Figure(540, 312, "How the book's figures are drawn",
+               "Colours by role: queries orange, keys blue, values and what is made of them (contexts, "
+               "attention outputs) reddish purple, attention weights in the viridis colour map of the "
+               "chapters' heatmaps, from dark purple for a weight near zero to yellow for the largest, and "
+               "other tensors blue-grey. Shapes: rounded rectangles are layers with learned parameters, "
+               "plain grids are tensors, circles are operations without parameters. An arrow takes the "
+               "colour of what it carries; a greyed-out tensor is present but unused.")
+    f.panel(20, 30, "colours: the role of a tensor")
+    roles = [("query", "queries"), ("key", "keys"), ("value", "values, contexts, outputs"), ("state", "other tensors")]
+    for i, (role, text) in enumerate(roles):
+        x, y = 20 + (i % 2) * 282, 50 + (i // 2) * 34
+        f.tensor(x, y, 1, 3, 16, role=role)
+        f.arrow((x + 54, y + 8), (x + 84, y + 8), role=role)
+        f.text(x + 94, y + 13, text, anchor="start", size=SMALL)
+    y = 124
+    ramp = [[i / 8 for i in range(9)]]
+    f.tensor(20, y, 1, 9, 16, values=ramp)
+    f.text(20, y + 34, "0", anchor="start", size=SMALL, color=MUTED)
+    f.text(164, y + 34, "largest", anchor="end", size=SMALL, color=MUTED)
+    f.arrow((174, y + 8), (204, y + 8), role="weight")
+    f.text(214, y + 6, "attention weights: viridis, as in", anchor="start", size=SMALL)
+    f.text(214, y + 22, "the chapters' heatmaps", anchor="start", size=SMALL)
+    y = 188
+    f.rect(12, y - 16, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(20, y + 8, "shapes: what a thing is")
+    f.layer(20, y + 24, 84, 30, "GRU", size=SMALL)
+    f.text(62, y + 84, "a layer: learned", size=SMALL)
+    f.text(62, y + 100, "parameters", size=SMALL)
+    f.tensor(160, y + 23, 2, 4, 14)
+    f.text(188, y + 84, "a tensor: its", size=SMALL)
+    f.text(188, y + 100, "shape beside it", size=SMALL)
+    for x, op in ((290, "+"), (326, "∑"), (378, "softmax"), (446, "[ ; ]")):
+        f.op(x, y + 38, op, size=SMALL)
+    f.text(368, y + 84, "operations, no parameters: add,", size=SMALL)
+    f.text(368, y + 100, "weighted sum, softmax, concatenate", size=SMALL)
+    return f
+
+
+def render(name: str) -> str:
+    """The SVG text of the figure ``name``, as this source draws it."""
+    return FIGURES[name]().svg()
+
+
+def main(argv: Sequence[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name in FIGURES:
+        path = HERE / f"{name}.svg"
+        text = render(name)
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(path.name)
+        if not check:
+            path.write_text(text, encoding="utf-8")
+    if check and stale:
+        print("differ from draw.py:", ", ".join(stale))
+        return 1
+    print(("would rewrite: " if check else "wrote: ") + (", ".join(stale) or "nothing"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
