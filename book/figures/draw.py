@@ -452,7 +452,7 @@ def seq2seq() -> Figure:
     f = Figure(540, 390, "An encoder-decoder with one fixed-length context vector",
                "A GRU encoder reads x_1 to x_S and produces states h_1 to h_S; only the context "
                "vector c (the last state, or the mean or maximum of all states) reaches the decoder, "
-               "whose first state is tanh(W c); the decoder GRU then writes y_1 to y_T.")
+               "whose first state is tanh(W c); the decoder GRU then writes y_1 to y_L.")
     bw, bh = 46, 32
     f.rect(10, 10, 248, 222, fill="#eef2f8", stroke="none", rx=9)
     f.rect(222, 244, 308, 136, fill="#eef2f8", stroke="none", rx=9)
@@ -504,7 +504,7 @@ def seq2seq() -> Figure:
     f.arrow(bridge.east, dec[0].west)
     f.text(bridge.right + 4, bridge.y - 4, "$s$_0", anchor="start", size=SMALL)
     chain(dec, ["$s$_1", ""])
-    for box, y_in, y_out in zip(dec, ["<s>", "$y$_1", "$y_{T-1}$"], ["$y$_1", "$y$_2", "$y_T$"]):
+    for box, y_in, y_out in zip(dec, ["<s>", "$y$_1", "$y_{L-1}$"], ["$y$_1", "$y$_2", "$y_L$"]):
         f.arrow((box.cx, 350), box.base)
         f.label(box.cx, 362, y_in, size=SMALL)
         f.arrow(box.top, (box.cx, 266))
@@ -841,7 +841,7 @@ def three_stages() -> Figure:
 # chapter 4 ----------------------------------------------------------------------------------
 SOFT = [0.02, 0.04, 0.08, 0.17, 0.3, 0.2, 0.1, 0.05, 0.04]  # alpha over L = 9 parts (sums to 1)
 HARD_PICK = 5  # a location drawn from SOFT (1-based, as the figure numbers the parts)
-CENTRE, HALF = 5.4, 2  # local attention's p_t and D (window of 2D + 1 = 5 positions)
+CENTRE, HALF = 5.4, 2  # local attention's p_t and w (window of 2w + 1 = 5 positions)
 
 
 def local_weights() -> list[float | None]:
@@ -861,7 +861,7 @@ def soft_hard_local() -> Figure:
     f = Figure(540, 482, "Soft, hard and local attention over the same source",
                "The same nine parts a_1 to a_9 of a source, three ways; the bars are the weights. Soft: "
                "every part gets a weight and the context is the weighted sum of all of them. Hard: one "
-               "part is sampled from the weights and is the context. Local: a window of 2D + 1 = 5 "
+               "part is sampled from the weights and is the context. Local: a window of 2w + 1 = 5 "
                "parts around the position p_t, weighted softly inside and by a Gaussian; the parts "
                "outside take no part.")
     n = len(SOFT)
@@ -906,7 +906,7 @@ def soft_hard_local() -> Figure:
             f.path(f"M{fmt(px)} {fmt(base - bar_h - 8)} L{fmt(px)} {fmt(base)}", stroke=INK, width=1.2, dash="2 3")
             f.text(px, base - bar_h - 19, "$p_t$", size=SMALL)
             f.text(x0 + hi * step + 6, base - bar_h + 8, "window", anchor="start", size=SMALL)
-            f.text(x0 + hi * step + 6, base - bar_h + 26, "$p_t$ ± $D$", anchor="start", size=SMALL)
+            f.text(x0 + hi * step + 6, base - bar_h + 26, "$p_t$ ± $w$", anchor="start", size=SMALL)
     return f
 
 
@@ -916,7 +916,7 @@ def show_attend_tell() -> Figure:
     f = Figure(540, 480, "Show, attend and tell: one step of the captioner",
                "An image of 48 by 48 pixels goes through a small CNN (two 3 by 3 convolutions, then a "
                "max-pool over a 4 by 4 grid, plus a position embedding) to 16 annotation vectors a_1 to "
-               "a_L. At step t the attention MLP f_att scores every annotation against the LSTM's "
+               "a_S. At step t the attention MLP f_att scores every annotation against the LSTM's "
                "previous state h_(t-1); a softmax gives the weights alpha_t over the 16 regions; soft "
                "attention takes their weighted sum, hard attention one sampled annotation, as z_t. The "
                "LSTM reads the previous word and z_t; the deep output layer turns y_(t-1), h_t and z_t "
@@ -935,8 +935,8 @@ def show_attend_tell() -> Figure:
     f.arrow(img.east, cnn.west)
     ann = f.tensor(316, 40, 4, 4, 24)
     f.arrow(cnn.east, (ann.x - 2, cnn.cy))
-    f.text(424, 60, "$**a**_1$ … $**a**_L$", anchor="start", size=SMALL)
-    f.text(424, 78, "$L$ = 16 regions,", anchor="start", size=SMALL, color=MUTED)
+    f.text(424, 60, "$**a**_1$ … $**a**_S$", anchor="start", size=SMALL)
+    f.text(424, 78, "$S$ = 16 regions,", anchor="start", size=SMALL, color=MUTED)
     f.text(424, 94, "$D$ = 32 numbers", anchor="start", size=SMALL, color=MUTED)
     f.text(424, 110, "each", anchor="start", size=SMALL, color=MUTED)
     # attention: f_att -> softmax -> alpha_t -> soft sum or hard pick -> z_t
@@ -1209,9 +1209,9 @@ def transformer() -> Figure:
                "positions, then pass through the encoder layers: self-attention and a feed-forward network, "
                "each inside a residual connection followed by a LayerNorm. The result, the memory (B, S, D), "
                "gives the keys and values of the cross-attention in every decoder layer. Target tokens "
-               "(B, T), shifted right, are embedded the same way and pass through the decoder layers: causal "
+               "(B, L), shifted right, are embedded the same way and pass through the decoder layers: causal "
                "self-attention, cross-attention and a feed-forward network. A final linear layer gives the "
-               "logits (B, T, V). A final LayerNorm after each stack is there for pre-LN only.")
+               "logits (B, L, V). A final LayerNorm after each stack is there for pre-LN only.")
     enc_x, dec_x, base = 136, 404, 604
     stacks = ((enc_x, ["self-attention", "feed-forward"], "`num_encoder_layers`"),
               (dec_x, ["causal self-attention", "cross-attention", "feed-forward"], "`num_decoder_layers`"))
@@ -1225,7 +1225,7 @@ def transformer() -> Figure:
               f'<text text-anchor="middle" font-size="{SMALL}">{_tspans("× " + count, SMALL)}</text></g>')
         built.append(_sublayers(f, cx, base, names))
         tops.append(top)
-    for cx, label in ((enc_x, "source tokens ($B$, $S$)"), (dec_x, "target tokens, shifted ($B$, $T$)")):
+    for cx, label in ((enc_x, "source tokens ($B$, $S$)"), (dec_x, "target tokens, shifted ($B$, $L$)")):
         emb = f.layer(cx - 100, base + 22, 200, 38, "embedding × √$D$", note="+ sinusoidal positions", size=SMALL)
         f.arrow(emb.top, (cx, base))
         f.arrow((cx, emb.bottom + 20), emb.base)
@@ -1249,7 +1249,7 @@ def transformer() -> Figure:
     gen = f.layer(dec_x - 50, fin.y - 50, 100, 30, "Linear", size=SMALL)
     f.arrow(fin.top, gen.base)
     f.arrow(gen.top, (dec_x, gen.y - 22))
-    f.text(dec_x, gen.y - 28, "logits ($B$, $T$, $V$)", size=SMALL)
+    f.text(dec_x, gen.y - 28, "logits ($B$, $L$, $V$)", size=SMALL)
     f.text(gen.x - 10, gen.cy - 3, "`generator`; the softmax", anchor="end", size=SMALL, color=MUTED)
     f.text(gen.x - 10, gen.cy + 13, "is in the loss", anchor="end", size=SMALL, color=MUTED)
     f.text(20, 32, "post-LN, the paper's order:", anchor="start", size=SMALL, color=MUTED)

@@ -208,9 +208,12 @@ def _text(path: Path) -> str:
                    "(B, H, L, E) → (B, L, H, E) → (B, L, D)", "q_proj", "out_proj"]),
     ("masks", ["(B, 1, 1, S)", "(L, S)", "(B, 1, L, S)"]),
     ("kv-cache", ["(B, H, t, E)", "(B, H, S, E)", "self_k", "cross_v"]),
-    ("transformer", ["memory (B, S, D)", "logits (B, T, V)", "num_encoder_layers", "num_decoder_layers"]),
+    ("transformer", ["memory (B, S, D)", "logits (B, L, V)", "num_encoder_layers", "num_decoder_layers"]),
     ("bahdanau-luong", ["st−1", "ht", "ct", "tanh(Wc[ct; ht])"]),
     ("online-softmax", ["m", "ℓ", "a (acc)", "tile s: (L, b)"]),
+    ("show-attend-tell", ["S = 16 regions", "D = 32 numbers"]),
+    ("soft-hard-local", ["pt ± w"]),
+    ("seq2seq", ["yL"]),
 ])
 def test_figures_use_the_books_letters(name, shapes):
     """Shapes and names as book/notation.md and the package's docstrings write them."""
