@@ -1,0 +1,182 @@
+"""Accessibility of the built website: axe-core's WCAG 2.1 A and AA rules on every page.
+
+Runs after `make book`, like tests/site/test_site.py (same local server over _build/html, same
+Chromium). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
+colour contrast differs), the widgets are left to render, axe-core is injected and run with the
+tags wcag2a, wcag2aa, wcag21a and wcag21aa, and the test fails listing each violation: rule,
+impact, the elements (CSS selectors) and axe's one-line help. No rule is disabled and no page or
+element is excluded. A second check asks of every <img> on the page, visible or not, a real
+alternative text: present, not empty, and not a file name (docutils writes the image's path as
+its alt when none is given, which axe accepts but a screen reader reads out as a path).
+
+axe-core comes from npm (package.json pins it; `npm ci` installs it into node_modules/). Where
+node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the same version.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [  # as in test_site.py
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+MODES = ["light", "dark"]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _pages() -> list[str]:
+    if not (SITE / "index.html").exists():
+        raise RuntimeError(f"no built site at {SITE}: run `make book` first (`make test` does)")
+    pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
+    return [p for p in pages if not p.startswith(("_", "vendor/"))]  # every page a reader can open
+
+
+PAGES = _pages()
+
+
+def _axe_path() -> Path:
+    """axe.min.js: node_modules' copy (package.json's version), else $ATTNLAB_AXE_JS."""
+    candidates = [ROOT / "node_modules" / "axe-core" / "axe.min.js"]
+    if os.environ.get("ATTNLAB_AXE_JS"):
+        candidates.append(Path(os.environ["ATTNLAB_AXE_JS"]))
+    for path in candidates:
+        if path.is_file():
+            return path
+    pytest.fail("axe-core is missing: run `npm ci` (package.json lists axe-core), or set ATTNLAB_AXE_JS "
+                f"to a copy of axe.min.js; looked at {[str(p) for p in candidates]}")
+
+
+@functools.cache
+def _axe_source() -> str:
+    path = _axe_path()
+    pinned = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]["axe-core"]
+    source = path.read_text(encoding="utf-8")
+    found = re.search(r"axe v([0-9][0-9.]*)", source[:500])
+    assert found and found.group(1) == pinned, f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
+    return source
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, server: str, page_path: str, mode: str):
+    """The page in the given colour mode, with math typeset and every stored widget rendered."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    # pydata-sphinx-theme reads the mode from localStorage before the page paints.
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    page.goto(server + page_path, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
+        page.evaluate("() => window.MathJax.startup.promise")
+    views = page.locator(f'script[type="{WIDGET_VIEW}"]').count()
+    if views:
+        # The widget manager puts each view into a div.widget-subarea before its <script>.
+        page.wait_for_function(
+            f"""() => {{
+                const tags = document.querySelectorAll('script[type="{WIDGET_VIEW}"]');
+                return Array.from(tags).every(t => {{
+                    const area = t.previousElementSibling;
+                    return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
+                }});
+            }}""",
+            timeout=20000,
+        )
+        page.wait_for_timeout(300)  # let the last images and labels settle
+    theme = page.evaluate("() => document.documentElement.dataset.theme")
+    assert theme == mode, f"{page_path}: asked for {mode} mode, the page shows data-theme={theme!r}"
+    return page
+
+
+def _violations(page) -> list[dict]:
+    page.add_script_tag(content=_axe_source())
+    return page.evaluate(
+        """async (tags) => {
+            const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+            return result.violations.map(v => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map(n => n.target.map(t => Array.isArray(t) ? t.join(' >>> ') : t).join(' ')),
+            }));
+        }""",
+        WCAG_TAGS,
+    )
+
+
+def _report(page_path: str, mode: str, violations: list[dict]) -> str:
+    lines = [f"{page_path} ({mode} mode): {sum(len(v['nodes']) for v in violations)} axe-core violation(s)"]
+    for v in violations:
+        lines.append(f"  {v['id']} ({v['impact']}): {v['help']}")
+        lines.extend(f"      {target}" for target in v["nodes"])
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("page_path", PAGES)
+def test_axe_finds_no_wcag_violation(browser, server, page_path, mode):
+    page = _open(browser, server, page_path, mode)
+    try:
+        violations = _violations(page)
+    finally:
+        page.context.close()
+    assert not violations, _report(page_path, mode, violations)
+
+
+_IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_every_image_has_a_real_alternative_text(browser, server, page_path):
+    page = _open(browser, server, page_path, "light")
+    try:
+        images = page.evaluate(
+            """() => Array.from(document.querySelectorAll('img')).map(img => ({
+                alt: img.getAttribute('alt'), src: (img.getAttribute('src') || '').slice(0, 80),
+                where: (img.closest('[id]') || {}).id || '',
+            }))"""
+        )
+    finally:
+        page.context.close()
+    bad = [
+        f"<img src={i['src']!r}> in #{i['where']}: alt={i['alt']!r}"
+        for i in images
+        if i["alt"] is None or not i["alt"].strip() or _IMAGE_FILE.search(i["alt"].strip())
+    ]
+    assert not bad, f"{page_path}: images without a real alternative text:\n  " + "\n  ".join(bad)
