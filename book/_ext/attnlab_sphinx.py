@@ -23,10 +23,19 @@ tests/site/test_accessibility.py). Each fix sits where the problem is made:
   ``aria-required-children``, critical, and ``aria-deprecated-role``). The HTML translator
   writes ``role="listitem"`` instead.
 - Colour contrast: ``static/attnlab-a11y.css``, a darker link colour inside exercises.
+- Widgets (ipywidgets 8 through @jupyter-widgets/html-manager 1.0): the sliders' handles
+  (noUiSlider, ``role="slider"``) are not tied to the description label that the widget
+  shows, and the widget images have no ``alt``; ipywidgets' saved state cannot carry either.
+  ``static/attnlab-widgets-a11y.js``, loaded on pages with widgets, names each handle by its
+  label, gives it the readout as its value text, and gives each widget image an ``alt``: the
+  code cell's ``mystnb: image: alt`` metadata (the key MyST-NB reads for a cell's image
+  outputs, passed here as ``data-alt`` on the cell's widget view), else the image's title
+  (``attnlab.figure_slider`` describes each picture in its tooltip).
 """
 
 from __future__ import annotations
 
+import html
 import types
 from pathlib import Path
 from typing import Any
@@ -36,6 +45,8 @@ from docutils import nodes
 from sphinx.application import Sphinx
 
 HERE = Path(__file__).resolve().parent
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_SCRIPT = f'<script type="{WIDGET_VIEW}">'
 
 
 def _script_key(script: Any) -> tuple:
@@ -108,6 +119,28 @@ def use_listitem_citations(app: Sphinx) -> None:
     app.set_translator(app.builder.name, translator, override=True)
 
 
+def _cell_alt(cell: nodes.Element) -> str:
+    options = (cell.get("cell_metadata") or {}).get("mystnb", {}).get("image", {})
+    return str(options.get("alt", "")).strip() if isinstance(options, dict) else ""
+
+
+def pass_alt_to_widgets(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Put a code cell's ``mystnb: image: alt`` on its widget views, as ``data-alt``."""
+    for cell in doctree.findall(nodes.container):
+        if cell.get("nb_element") != "cell_code" or not (alt := _cell_alt(cell)):
+            continue
+        for raw in cell.findall(nodes.raw):
+            text = raw.astext()
+            if raw.get("format") == "html" and text.startswith(WIDGET_SCRIPT):
+                tagged = f'<script type="{WIDGET_VIEW}" data-alt="{html.escape(alt, quote=True)}">'
+                raw.replace_self(nodes.raw("", tagged + text[len(WIDGET_SCRIPT):], format="html"))
+
+
+def add_widget_script(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    if WIDGET_VIEW in context.get("body", ""):
+        app.builder.add_js_file("attnlab-widgets-a11y.js")  # this page only: reverted after it
+
+
 def add_static_files(app: Sphinx) -> None:
     if app.builder.format == "html":
         app.config.html_static_path.append(str(HERE / "static"))
@@ -120,5 +153,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", wrap_toctree_function, priority=600)  # after the theme's (500)
     app.connect("builder-inited", use_listitem_citations, priority=900)  # after the theme's translator
     app.connect("builder-inited", add_static_files)
+    app.connect("doctree-resolved", pass_alt_to_widgets)
+    app.connect("html-page-context", add_widget_script)
     app.add_css_file("attnlab-a11y.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -5,9 +5,11 @@ Chromium). Every page is opened in light and in dark mode (pydata-sphinx-theme's
 colour contrast differs), the widgets are left to render, axe-core is injected and run with the
 tags wcag2a, wcag2aa, wcag21a and wcag21aa, and the test fails listing each violation: rule,
 impact, the elements (CSS selectors) and axe's one-line help. No rule is disabled and no page or
-element is excluded. A second check asks of every <img> on the page, visible or not, a real
-alternative text: present, not empty, and not a file name (docutils writes the image's path as
-its alt when none is given, which axe accepts but a screen reader reads out as a path).
+element is excluded. On the same page two more checks: every <img>, visible or not, has a real
+alternative text, present, not empty and not a file name (docutils writes the image's path as
+its alt when none is given, which axe accepts but a screen reader reads out as a path); and
+every widget slider is named and tells the value its readout shows, also once moved with the
+keyboard (the widget manager gives it neither; book/_ext/static/attnlab-widgets-a11y.js does).
 
 axe-core comes from npm (package.json pins it; `npm ci` installs it into node_modules/). Where
 node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the same version.
@@ -97,11 +99,9 @@ def browser():
         browser.close()
 
 
-def _open(browser, server: str, page_path: str, mode: str):
-    """The page in the given colour mode, with math typeset and every stored widget rendered."""
+def _open(browser, server: str, page_path: str):
+    """The page, with math typeset and every stored widget rendered."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    # pydata-sphinx-theme reads the mode from localStorage before the page paints.
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
     page = context.new_page()
     page.goto(server + page_path, wait_until="load")
     page.wait_for_load_state("networkidle")
@@ -121,13 +121,29 @@ def _open(browser, server: str, page_path: str, mode: str):
             timeout=20000,
         )
         page.wait_for_timeout(300)  # let the last images and labels settle
-    theme = page.evaluate("() => document.documentElement.dataset.theme")
-    assert theme == mode, f"{page_path}: asked for {mode} mode, the page shows data-theme={theme!r}"
     return page
 
 
+def _set_mode(page, page_path: str, mode: str) -> None:
+    """Switch the colour mode as the theme's button does: pydata-sphinx-theme's colours hang on
+    <html data-theme>, its mode switcher on data-mode (one page load for both modes)."""
+    page.evaluate(
+        """async (mode) => {
+            localStorage.setItem('mode', mode);
+            localStorage.setItem('theme', mode);
+            document.documentElement.dataset.mode = mode;
+            document.documentElement.dataset.theme = mode;
+            await new Promise(requestAnimationFrame);
+            await Promise.all(document.getAnimations().map(a => a.finished));  // colour transitions
+        }""",
+        mode,
+    )
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    dark = background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)")
+    assert dark == (mode == "dark"), f"{page_path}: asked for {mode} mode, the page's background is {background}"
+
+
 def _violations(page) -> list[dict]:
-    page.add_script_tag(content=_axe_source())
     return page.evaluate(
         """async (tags) => {
             const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
@@ -148,35 +164,68 @@ def _report(page_path: str, mode: str, violations: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("page_path", PAGES)
-def test_axe_finds_no_wcag_violation(browser, server, page_path, mode):
-    page = _open(browser, server, page_path, mode)
-    try:
-        violations = _violations(page)
-    finally:
-        page.context.close()
-    assert not violations, _report(page_path, mode, violations)
-
-
 _IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)
 
 
-@pytest.mark.parametrize("page_path", PAGES)
-def test_every_image_has_a_real_alternative_text(browser, server, page_path):
-    page = _open(browser, server, page_path, "light")
-    try:
-        images = page.evaluate(
-            """() => Array.from(document.querySelectorAll('img')).map(img => ({
-                alt: img.getAttribute('alt'), src: (img.getAttribute('src') || '').slice(0, 80),
-                where: (img.closest('[id]') || {}).id || '',
-            }))"""
-        )
-    finally:
-        page.context.close()
-    bad = [
+def _images_without_alt(page) -> list[str]:
+    images = page.evaluate(
+        """() => Array.from(document.querySelectorAll('img')).map(img => ({
+            alt: img.getAttribute('alt'), src: (img.getAttribute('src') || '').slice(0, 60),
+            where: (img.closest('[id]') || {}).id || '',
+        }))"""
+    )
+    return [
         f"<img src={i['src']!r}> in #{i['where']}: alt={i['alt']!r}"
         for i in images
         if i["alt"] is None or not i["alt"].strip() or _IMAGE_FILE.search(i["alt"].strip())
     ]
-    assert not bad, f"{page_path}: images without a real alternative text:\n  " + "\n  ".join(bad)
+
+
+_SLIDERS = """() => Array.from(document.querySelectorAll('.widget-slider [role="slider"]')).map(handle => {
+    const ids = (handle.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean);
+    const named = ids.map(id => (document.getElementById(id) || {}).textContent || '').join(' ').trim();
+    const readout = handle.closest('.widget-slider').querySelector('.widget-readout');
+    return {name: named || handle.getAttribute('aria-label') || '', value: handle.getAttribute('aria-valuetext'),
+            readout: readout ? readout.textContent.trim() : null};
+})"""
+
+
+def _slider_problems(page) -> list[str]:
+    """Each widget slider is named by its label and tells the value its readout shows, also
+    after a move with the keyboard (axe checks the name, not the value)."""
+    problems = []
+    for moved in (False, True):
+        if moved:
+            handles = page.locator('.widget-slider [role="slider"]')
+            for i in range(handles.count()):
+                handles.nth(i).focus()
+                page.keyboard.press("ArrowRight" if handles.nth(i).get_attribute("aria-valuenow") == "0.0" else "ArrowLeft")
+            page.wait_for_timeout(300)
+        for i, s in enumerate(page.evaluate(_SLIDERS)):
+            if not s["name"]:
+                problems.append(f"slider {i} has no accessible name")
+            if s["value"] != s["readout"]:
+                problems.append(f"slider {i}{' after a move' if moved else ''}: aria-valuetext {s['value']!r}, readout {s['readout']!r}")
+    return problems
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_is_accessible(browser, server, page_path):
+    page = _open(browser, server, page_path)
+    report = []
+    try:
+        page.add_script_tag(content=_axe_source())
+        for mode in MODES:
+            _set_mode(page, page_path, mode)
+            violations = _violations(page)
+            if violations:
+                report.append(_report(page_path, mode, violations))
+        images = _images_without_alt(page)
+        sliders = _slider_problems(page)
+    finally:
+        page.context.close()
+    if images:
+        report.append("images without a real alternative text:\n  " + "\n  ".join(images))
+    if sliders:
+        report.append("widget sliders:\n  " + "\n  ".join(sliders))
+    assert not report, f"{page_path}:\n" + "\n".join(report)
