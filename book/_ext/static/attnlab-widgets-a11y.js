@@ -54,10 +54,9 @@
     describeImages();
   }
 
-  // Each change is checked again: noUiSlider rewrites aria-valuetext when the handle moves, and a
-  // Stack widget replaces its picture. The updates are idempotent, so their own changes settle.
-  new MutationObserver(update).observe(document.documentElement, {
-    subtree: true, childList: true, attributes: true, attributeFilter: ["aria-valuetext", "title"],
-  });
+  // Run again after every change to the page's elements: widgets render late, a Stack widget
+  // replaces its picture, and when a handle moves noUiSlider rewrites its aria-valuetext, then
+  // the widget rewrites the readout's text. The updates set only attributes, so they settle.
+  new MutationObserver(update).observe(document.documentElement, { subtree: true, childList: true });
   document.addEventListener("DOMContentLoaded", update);
 })();
