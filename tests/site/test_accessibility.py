@@ -2,8 +2,9 @@
 
 Runs after `make book`, like tests/site/test_site.py (same local server over _build/html, same
 Chromium). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
-colour contrast differs), the widgets are left to render, axe-core is injected and run with the
-tags wcag2a, wcag2aa, wcag21a and wcag21aa, and the test fails listing each violation: rule,
+colour contrast differs), 1280 pixels wide, then in light mode 320 pixels wide (WCAG's reflow
+width), after the widgets have rendered; axe-core is injected and run with the tags wcag2a, wcag2aa,
+wcag21a and wcag21aa each time, and the test fails listing each violation: rule,
 impact, the elements (CSS selectors) and axe's one-line help. No rule is disabled and no page or
 element is excluded. On the same page two more checks: every <img>, visible or not, has a real
 alternative text, present, not empty and not a file name (docutils writes the image's path as
@@ -36,7 +37,11 @@ LAUNCH_ARGS = [  # as in test_site.py
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
-MODES = ["light", "dark"]
+WIDE, NARROW = {"width": 1280, "height": 900}, {"width": 320, "height": 900}
+# Both colour modes (contrast differs), then the light one 320 CSS pixels wide: the width at which
+# WCAG 1.4.10 (reflow) asks that nothing need scrolling sideways (a 1280-pixel screen zoomed to
+# 400 %), where the theme's narrow layout shows and rows of widgets would scroll out of reach.
+SCANS = [(WIDE, "dark"), (WIDE, "light"), (NARROW, "light")]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -101,7 +106,7 @@ def browser():
 
 def _open(browser, server: str, page_path: str):
     """The page, with math typeset and every stored widget rendered."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=WIDE)
     page = context.new_page()
     page.goto(server + page_path, wait_until="load")
     page.wait_for_load_state("networkidle")
@@ -143,6 +148,14 @@ def _set_mode(page, page_path: str, mode: str) -> None:
     assert dark == (mode == "dark"), f"{page_path}: asked for {mode} mode, the page's background is {background}"
 
 
+def _resize(page, viewport: dict) -> None:
+    """Resize as a reader's window or zoom does, then wait, in the page, past the theme's own
+    answer: pydata-sphinx-theme makes a code block or table a tab stop when it scrolls sideways,
+    300 ms (debounced) after a resize. A timer of the page set later and longer fires after it."""
+    page.set_viewport_size(viewport)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 600))")
+
+
 def _violations(page) -> list[dict]:
     return page.evaluate(
         """async (tags) => {
@@ -156,8 +169,8 @@ def _violations(page) -> list[dict]:
     )
 
 
-def _report(page_path: str, mode: str, violations: list[dict]) -> str:
-    lines = [f"{page_path} ({mode} mode): {sum(len(v['nodes']) for v in violations)} axe-core violation(s)"]
+def _report(page_path: str, how: str, violations: list[dict]) -> str:
+    lines = [f"{page_path} ({how}): {sum(len(v['nodes']) for v in violations)} axe-core violation(s)"]
     for v in violations:
         lines.append(f"  {v['id']} ({v['impact']}): {v['help']}")
         lines.extend(f"      {target}" for target in v["nodes"])
@@ -215,11 +228,15 @@ def test_page_is_accessible(browser, server, page_path):
     report = []
     try:
         page.add_script_tag(content=_axe_source())
-        for mode in MODES:
+        for viewport, mode in SCANS:
+            if page.viewport_size != viewport:
+                _resize(page, viewport)
             _set_mode(page, page_path, mode)
             violations = _violations(page)
             if violations:
-                report.append(_report(page_path, mode, violations))
+                width = "" if viewport is WIDE else f", {viewport['width']} px wide"
+                report.append(_report(page_path, f"{mode} mode{width}", violations))
+        _resize(page, WIDE)
         images = _images_without_alt(page)
         sliders = _slider_problems(page)
     finally:
