@@ -70,7 +70,7 @@ def _axe_path() -> Path:
 @functools.cache
 def _axe_source() -> str:
     path = _axe_path()
-    pinned = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]["axe-core"]
+    pinned = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["devDependencies"]["axe-core"]
     source = path.read_text(encoding="utf-8")
     found = re.search(r"axe v([0-9][0-9.]*)", source[:500])
     assert found and found.group(1) == pinned, f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
