@@ -22,7 +22,9 @@ tests/site/test_accessibility.py). Each fix sits where the problem is made:
   DPUB-ARIA 1.1 deprecates, inside ``role="list"``, which then has no list items (axe:
   ``aria-required-children``, critical, and ``aria-deprecated-role``). The HTML translator
   writes ``role="listitem"`` instead.
-- Colour contrast: ``static/attnlab-a11y.css``, a darker link colour inside exercises.
+- ``static/attnlab-a11y.css``: a darker link colour inside exercises (colour contrast), and
+  rows of widgets that wrap on narrow pages instead of scrolling out of the keyboard's reach
+  (reflow at 320 px).
 - Widgets (ipywidgets 8 through @jupyter-widgets/html-manager 1.0): the sliders' handles
   (noUiSlider, ``role="slider"``) are not tied to the description label that the widget
   shows, and the widget images have no ``alt``; ipywidgets' saved state cannot carry either.
