@@ -222,6 +222,8 @@ def test_each_picture_is_described_from_its_figure():
     state = pictures[0].get_state()
     assert state["tooltip"] == pictures[0].tooltip and state["description"] == ""
     assert state["_model_name"] == "ImageModel"
+    # The repr, which the chapters' outputs show and nbval compares, names an Image as before.
+    assert repr(pictures[0]).startswith("Image(")
 
 
 def test_described_figures_name_their_kind_panels_and_colour_scale():
