@@ -5,13 +5,50 @@ and sphinx-togglebutton add after the builder starts appear twice on every page.
 copy of ``const THEBE_JS_URL = ...`` throws "Identifier 'THEBE_JS_URL' has already been
 declared" in the browser. This drops exact duplicates (same file, same attributes, same
 body) from each page's script list. The browser check in tests/site catches a regression.
+
+Accessibility (axe-core's WCAG 2.1 A and AA rules, checked on every page by
+tests/site/test_accessibility.py). Each fix sits where the problem is made:
+
+- Header buttons whose accessible name did not contain their visible label (WCAG 2.5.3):
+  ``templates/search-button-field.html`` and ``templates/theme-switcher.html`` override
+  pydata-sphinx-theme 0.17.1's components of the same name (this folder comes first in
+  ``templates_path``). The search button is named by its visible text ("Search Ctrl+K")
+  instead of an ``aria-label`` of "Search"; the colour-mode button by a visually hidden text
+  beside the icon it shows, which says what it is for and the mode ("Color mode: Light").
+- The sidebar's ``<summary>`` that opens a chapter's sections showed only a chevron and had
+  no name: ``generate_toctree_html`` (the theme's template function) is wrapped so that each
+  such ``<summary>`` carries visually hidden text, "Toggle navigation of <chapter title>".
+- The bibliography: docutils writes each citation as ``role="doc-biblioentry"``, a role
+  DPUB-ARIA 1.1 deprecates, inside ``role="list"``, which then has no list items (axe:
+  ``aria-required-children``, critical, and ``aria-deprecated-role``). The HTML translator
+  writes ``role="listitem"`` instead.
+- ``static/attnlab-a11y.css``: a darker link colour inside exercises (colour contrast), and
+  rows of widgets that wrap on narrow pages instead of scrolling out of the keyboard's reach
+  (reflow at 320 px).
+- Widgets (ipywidgets 8 through @jupyter-widgets/html-manager 1.0): the sliders' handles
+  (noUiSlider, ``role="slider"``) are not tied to the description label that the widget
+  shows, and the widget images have no ``alt``; ipywidgets' saved state cannot carry either.
+  ``static/attnlab-widgets-a11y.js``, loaded on pages with widgets, names each handle by its
+  label, gives it the readout as its value text, and gives each widget image an ``alt``: the
+  code cell's ``mystnb: image: alt`` metadata (the key MyST-NB reads for a cell's image
+  outputs, passed here as ``data-alt`` on the cell's widget view), else the image's title
+  (``attnlab.figure_slider`` describes each picture in its tooltip).
 """
 
 from __future__ import annotations
 
+import html
+import types
+from pathlib import Path
 from typing import Any
 
+from bs4 import BeautifulSoup
+from docutils import nodes
 from sphinx.application import Sphinx
+
+HERE = Path(__file__).resolve().parent
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_SCRIPT = f'<script type="{WIDGET_VIEW}">'
 
 
 def _script_key(script: Any) -> tuple:
@@ -35,6 +72,90 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
     scripts[:] = unique  # in place: the builder restores its own list after each page
 
 
+# --- accessibility ------------------------------------------------------------------------
+
+
+def name_toctree_toggles(soup: Any) -> Any:
+    """Give every nameless ``<summary>`` of a toctree the title of the entry it opens."""
+    if not isinstance(soup, BeautifulSoup):
+        return soup
+    for summary in soup.find_all("summary"):
+        if summary.get_text(strip=True) or summary.get("aria-label"):
+            continue
+        entry = summary.find_parent("li")
+        link = entry.find("a", recursive=False) if entry else None
+        title = link.get_text(" ", strip=True) if link else ""
+        hidden = soup.new_tag("span", attrs={"class": "visually-hidden"})
+        hidden.string = f"Toggle navigation of {title}" if title else "Toggle navigation"
+        summary.append(hidden)
+    return soup
+
+
+def wrap_toctree_function(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    generate = context.get("generate_toctree_html")
+    if generate is None or getattr(generate, "attnlab_named", False):
+        return
+
+    def generate_named(*args: Any, **kwargs: Any) -> Any:
+        return name_toctree_toggles(generate(*args, **kwargs))
+
+    generate_named.attnlab_named = True  # type: ignore[attr-defined]
+    context["generate_toctree_html"] = generate_named
+
+
+class _ListItemCitations:
+    """Citations as list items of docutils' ``role="list"`` container (see the docstring)."""
+
+    def visit_citation(self, node: nodes.Element) -> None:
+        super().visit_citation(node)  # type: ignore[misc]
+        self.body[-1] = self.body[-1].replace('role="doc-biblioentry"', 'role="listitem"')  # type: ignore[attr-defined]
+
+
+def use_listitem_citations(app: Sphinx) -> None:
+    if app.builder.format != "html":
+        return
+    base = app.registry.get_translator_class(app.builder)
+    if base is None or issubclass(base, _ListItemCitations):
+        return
+    translator = types.new_class("AttnlabHTMLTranslator", (_ListItemCitations, base), {})
+    app.set_translator(app.builder.name, translator, override=True)
+
+
+def _cell_alt(cell: nodes.Element) -> str:
+    options = (cell.get("cell_metadata") or {}).get("mystnb", {}).get("image", {})
+    return str(options.get("alt", "")).strip() if isinstance(options, dict) else ""
+
+
+def pass_alt_to_widgets(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Put a code cell's ``mystnb: image: alt`` on its widget views, as ``data-alt``."""
+    for cell in doctree.findall(nodes.container):
+        if cell.get("nb_element") != "cell_code" or not (alt := _cell_alt(cell)):
+            continue
+        for raw in cell.findall(nodes.raw):
+            text = raw.astext()
+            if raw.get("format") == "html" and text.startswith(WIDGET_SCRIPT):
+                tagged = f'<script type="{WIDGET_VIEW}" data-alt="{html.escape(alt, quote=True)}">'
+                raw.replace_self(nodes.raw("", tagged + text[len(WIDGET_SCRIPT):], format="html"))
+
+
+def add_widget_script(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    if WIDGET_VIEW in context.get("body", ""):
+        app.builder.add_js_file("attnlab-widgets-a11y.js")  # this page only: reverted after it
+
+
+def add_static_files(app: Sphinx) -> None:
+    if app.builder.format == "html":
+        app.config.html_static_path.append(str(HERE / "static"))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
+    # Before pydata-sphinx-theme's own components folder, which it appends in its setup().
+    app.config.templates_path.insert(0, str(HERE / "templates"))
+    app.connect("html-page-context", wrap_toctree_function, priority=600)  # after the theme's (500)
+    app.connect("builder-inited", use_listitem_citations, priority=900)  # after the theme's translator
+    app.connect("builder-inited", add_static_files)
+    app.connect("doctree-resolved", pass_alt_to_widgets)
+    app.connect("html-page-context", add_widget_script)
+    app.add_css_file("attnlab-a11y.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

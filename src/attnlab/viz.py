@@ -9,6 +9,11 @@ The sliders need ipywidgets 8 for the static website (its ``Stack`` widget, link
 in the browser). With ipywidgets 7, which Colab ships (7.7.1) and which has no ``Stack``, they
 fall back to one picture that the running kernel swaps when the slider moves: the same figures,
 the same sliders, but only where a kernel runs, which on Colab it always does.
+
+Accessibility: every slider needs a ``description``, its visible label, which the website's
+script (book/_ext/static/attnlab-widgets-a11y.js) also makes the slider's accessible name, since
+the widget manager does not. Every picture carries an alternative text in its ``tooltip``: by
+default a description read from the figure itself (the kind of each plot, its title, its axes).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import traitlets
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 __all__ = ["figure_grid", "figure_slider", "plot_attention"]
@@ -154,6 +161,92 @@ def _png(figure: Figure, dpi: int) -> bytes:
     return buffer.getvalue()
 
 
+def _plot_kind(ax: Axes) -> str:
+    if ax.images:
+        return "image" if ax.images[0].get_array().ndim == 3 else "heatmap"  # RGB(A) or values
+    if any(isinstance(c, BarContainer) for c in ax.containers):
+        return "bar chart"
+    if ax.lines:
+        return "line plot"
+    return "scatter plot" if ax.collections else "plot"
+
+
+def _describe_axes(ax: Axes) -> str:
+    x, y = ax.get_xlabel().strip(), ax.get_ylabel().strip()
+    text = _plot_kind(ax)
+    if y and x:
+        text += f" of {y} against {x}"
+    elif y or x:
+        text += f" of {y}" if y else f" over {x}"
+    if ax.get_title().strip():
+        text += f", titled '{ax.get_title().strip()}'"
+    return text
+
+
+def _describe_figure(figure: Figure) -> str:
+    """A short alternative text for a figure, read from the figure: the kind of each plot (a
+    heatmap, an image, a bar chart, a line plot), its axis labels and its title, then the
+    figure's own title and the label of its colour scale. Used for the pictures of
+    ``figure_slider`` and ``figure_grid``; it says what the figure shows, never more.
+    """
+    # Colour bars are axes too (matplotlib labels them "<colorbar>"): a scale, not a plot.
+    scales = [a for a in figure.axes if a.get_label() == "<colorbar>"]
+    panels = [_describe_axes(a) for a in figure.axes if a not in scales]
+    if not panels:
+        text = "An empty figure"
+    elif len(panels) == 1:
+        text = panels[0][:1].upper() + panels[0][1:]
+    else:
+        text = f"{len(panels)} panels: " + "; ".join(f"({i}) {p}" for i, p in enumerate(panels, 1))
+    # Figure.get_suptitle is matplotlib 3.8's; the package allows 3.7.
+    suptitle = figure._suptitle.get_text().strip() if getattr(figure, "_suptitle", None) else ""
+    if suptitle:
+        text = f"Figure '{suptitle}', {text[0].lower() + text[1:]}"
+    labels = [(a.get_ylabel() or a.get_xlabel()).strip() for a in scales]
+    if any(labels):
+        text += "; colour scale: " + ", ".join(label for label in labels if label)
+    return text + "."
+
+
+def _alt_text(function: str, alt: str | Callable[..., str] | None, figure: Figure, args: tuple) -> str:
+    """The alternative text of the picture that ``draw(*args)`` made: ``alt`` (a string, or a
+    function of ``args``), else a description of its figure."""
+    text = _describe_figure(figure) if alt is None else alt(*args) if callable(alt) else alt
+    if not isinstance(text, str) or not text.strip():
+        shown = ", ".join(repr(a) for a in args)
+        raise ValueError(f"{function}: alt must give a non-empty string for {shown}, got {text!r}")
+    return text
+
+
+class _Picture(widgets.Image):
+    """An ``Image`` whose ``tooltip``, here its alternative text, reaches the browser.
+
+    The widget manager of ipywidgets 8 (@jupyter-widgets/base 6) writes the tooltip as the
+    element's ``title`` only when ``description`` is empty, and reads ``description.length`` to
+    know, which an Image model does not have: a plain ``Image(tooltip=...)`` fails to render
+    there (TypeError). A synced empty ``description`` gives that check a string.
+
+    Its class is named ``Image``, as the widget it stands for: a chapter's output shows the
+    widget's repr (cut at 110 characters), which nbval compares, and chapter 4.2's reaches the
+    pictures' class name ("Stack(children=(Im…").
+    """
+
+    description = traitlets.Unicode("").tag(sync=True)
+
+
+_Picture.__name__ = _Picture.__qualname__ = "Image"
+
+
+def _check_description(function: str, name: str, text: Any) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"{function}: {name} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(
+            f"{function}: {name} must name what the slider chooses (it is the slider's label, "
+            f"and what a screen reader announces), got {text!r}"
+        )
+
+
 def _browser_links_available() -> bool:
     """Whether this ipywidgets has ``Stack`` (version 8 on), which a slider can select from in
     the browser. ipywidgets 7 (Colab's 7.7.1) has not."""
@@ -180,9 +273,10 @@ def figure_slider(
     draw: Callable[[Any], Figure],
     values: Sequence[Any],
     *,
-    description: str = "",
+    description: str,
     value: Any = None,
     dpi: int = 80,
+    alt: str | Callable[[Any], str] | None = None,
 ) -> widgets.VBox:
     """A slider over ``values`` that shows the figure ``draw(v)`` for the chosen value.
 
@@ -196,20 +290,26 @@ def figure_slider(
     Args:
         draw: a function of one value that returns a Matplotlib figure.
         values: the values to offer, in slider order (at least one; shown with ``str``).
-        description: the slider's label.
+        description: the slider's label, required: it also names the slider for a screen
+            reader (on the website; see the module's docstring).
         value: the value selected at first; the first one when ``None``.
         dpi: resolution of the rendered figures.
+        alt: each picture's alternative text, a string or a function of the value; by default
+            a description read from the figure (the kind of plot, its axes, its title).
 
     Returns:
         A ``VBox`` holding the slider and a ``Stack`` of ``Image`` widgets (ipywidgets 8), or
-        the slider and one ``Image`` (ipywidgets 7).
+        the slider and one ``Image`` (ipywidgets 7, where an Image has no tooltip).
 
     Raises:
-        TypeError: ``draw`` is not callable or does not return a figure.
-        ValueError: ``values`` is empty, or ``value`` is not one of them.
+        TypeError: ``draw`` is not callable or does not return a figure, or ``description``
+            is not a string.
+        ValueError: ``values`` is empty, ``value`` is not one of them, ``description`` is
+            empty, or ``alt`` gives an empty text.
     """
     if not callable(draw):
         raise TypeError(f"figure_slider: draw must be a function of one value, got {type(draw).__name__}")
+    _check_description("figure_slider", "description", description)
     values = list(values)
     if not values:
         raise ValueError("figure_slider: values must hold at least one value, got none")
@@ -217,18 +317,22 @@ def figure_slider(
         value = values[0]
     if value not in values:
         raise ValueError(f"figure_slider: value must be one of values {values}, got {value!r}")
-    pictures = []
+    pictures, texts = [], []
     for v in values:
         figure = draw(v)
         if not isinstance(figure, Figure):
             raise TypeError(f"figure_slider: draw({v!r}) must return a matplotlib Figure, got {type(figure).__name__}")
-        pictures.append(_png(figure, dpi))
-        plt.close(figure)
+        try:
+            pictures.append(_png(figure, dpi))
+            texts.append(_alt_text("figure_slider", alt, figure, (v,)))
+        finally:
+            plt.close(figure)
     slider = widgets.SelectionSlider(options=values, value=value, description=description, continuous_update=True)
     if not _browser_links_available():
         return widgets.VBox([slider, _picture_for(lambda: pictures[slider.index], [slider])])
     stack = widgets.Stack(
-        [widgets.Image(value=p, format="png") for p in pictures], selected_index=values.index(value)
+        [_Picture(value=p, format="png", tooltip=t) for p, t in zip(pictures, texts)],
+        selected_index=values.index(value),
     )
     widgets.jslink((slider, "index"), (stack, "selected_index"))
     return widgets.VBox([slider, stack])
@@ -239,9 +343,10 @@ def figure_grid(
     rows: Sequence[Any],
     cols: Sequence[Any],
     *,
-    descriptions: tuple[str, str] = ("", ""),
+    descriptions: tuple[str, str],
     value: tuple[Any, Any] | None = None,
     dpi: int = 80,
+    alt: str | Callable[[Any, Any], str] | None = None,
 ) -> widgets.VBox:
     """Two sliders over a grid of figures ``draw(row, col)``, rendered in advance.
 
@@ -254,17 +359,22 @@ def figure_grid(
     Args:
         draw: a function of ``(row, col)`` that returns a Matplotlib figure.
         rows, cols: the values offered by the first and the second slider.
-        descriptions: the two sliders' labels.
+        descriptions: the two sliders' labels, required (they name the sliders, as in
+            ``figure_slider``).
         value: the ``(row, col)`` selected at first; the first of each when ``None``.
         dpi: resolution of the rendered figures.
+        alt: each picture's alternative text, a string or a function of ``(row, col)``; by
+            default a description read from the figure.
 
     Returns:
         ``VBox([HBox([row_slider, col_slider]), Stack of Stacks of Image])`` (ipywidgets 8), or
         ``VBox([HBox([row_slider, col_slider]), Image])`` (ipywidgets 7).
 
     Raises:
-        TypeError: ``draw`` is not callable or does not return a figure.
-        ValueError: ``rows`` or ``cols`` is empty, or ``value`` is not in the grid.
+        TypeError: ``draw`` is not callable or does not return a figure, or a description is
+            not a string.
+        ValueError: ``rows`` or ``cols`` is empty, ``value`` is not in the grid, a description
+            is empty, or ``alt`` gives an empty text.
     """
     if not callable(draw):
         raise TypeError(f"figure_grid: draw must be a function of (row, col), got {type(draw).__name__}")
@@ -274,21 +384,27 @@ def figure_grid(
             raise ValueError(f"figure_grid: {name} must hold at least one value, got none")
     if not (isinstance(descriptions, tuple) and len(descriptions) == 2):
         raise ValueError(f"figure_grid: descriptions must be a pair of strings, got {descriptions!r}")
+    for i, text in enumerate(descriptions):
+        _check_description("figure_grid", f"descriptions[{i}]", text)
     if value is None:
         value = (rows[0], cols[0])
     if not (isinstance(value, tuple) and len(value) == 2 and value[0] in rows and value[1] in cols):
         raise ValueError(f"figure_grid: value must be a pair (row, col) from rows {rows} and cols {cols}, got {value!r}")
-    pictures = []  # pictures[i][j] is draw(rows[i], cols[j])
+    pictures, texts = [], []  # pictures[i][j] is draw(rows[i], cols[j]); texts[i][j] its alt text
     for r in rows:
         pictures.append([])
+        texts.append([])
         for c in cols:
             figure = draw(r, c)
             if not isinstance(figure, Figure):
                 raise TypeError(
                     f"figure_grid: draw({r!r}, {c!r}) must return a matplotlib Figure, got {type(figure).__name__}"
                 )
-            pictures[-1].append(_png(figure, dpi))
-            plt.close(figure)
+            try:
+                pictures[-1].append(_png(figure, dpi))
+                texts[-1].append(_alt_text("figure_grid", alt, figure, (r, c)))
+            finally:
+                plt.close(figure)
     row_slider = widgets.SelectionSlider(
         options=rows, value=value[0], description=descriptions[0], continuous_update=True
     )
@@ -300,8 +416,11 @@ def figure_grid(
         image = _picture_for(lambda: pictures[row_slider.index][col_slider.index], [row_slider, col_slider])
         return widgets.VBox([sliders, image])
     inner = [
-        widgets.Stack([widgets.Image(value=p, format="png") for p in row], selected_index=cols.index(value[1]))
-        for row in pictures
+        widgets.Stack(
+            [_Picture(value=p, format="png", tooltip=t) for p, t in zip(row, row_texts)],
+            selected_index=cols.index(value[1]),
+        )
+        for row, row_texts in zip(pictures, texts)
     ]
     outer = widgets.Stack(inner, selected_index=rows.index(value[0]))
     widgets.jslink((row_slider, "index"), (outer, "selected_index"))

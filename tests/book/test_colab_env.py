@@ -160,13 +160,13 @@ def test_the_sliders_work_with_ipywidgets_7(colab, tmp_path):
             ax.bar([0], [h], width=w)
             return fig
 
-        slider, image = attnlab.figure_slider(bars, [1, 2, 3], value=2).children
+        slider, image = attnlab.figure_slider(bars, [1, 2, 3], description="h", value=2).children
         assert isinstance(image, widgets.Image), type(image)
         seen = [bytes(image.value)]
         slider.value = 3
         seen.append(bytes(image.value))
         assert len(set(seen)) == 2, "the picture did not change with the slider"
-        box = attnlab.figure_grid(bars, [1, 2], [0.2, 0.8], value=(1, 0.2))
+        box = attnlab.figure_grid(bars, [1, 2], [0.2, 0.8], descriptions=("h", "w"), value=(1, 0.2))
         (rows, cols), image = box.children[0].children, box.children[1]
         first = bytes(image.value)
         cols.value = 0.8

@@ -93,20 +93,20 @@ def test_figure_slider_renders_one_picture_per_value_and_links_them():
 
 
 def test_figure_slider_is_deterministic():
-    first = [bytes(i.value) for i in figure_slider(_bars, [1, 2]).children[1].children]
-    second = [bytes(i.value) for i in figure_slider(_bars, [1, 2]).children[1].children]
+    first = [bytes(i.value) for i in figure_slider(_bars, [1, 2], description="h").children[1].children]
+    second = [bytes(i.value) for i in figure_slider(_bars, [1, 2], description="h").children[1].children]
     assert first == second
 
 
 def test_figure_slider_errors_name_the_argument():
     with pytest.raises(TypeError, match="draw must be a function"):
-        figure_slider("not callable", [1])
+        figure_slider("not callable", [1], description="h")
     with pytest.raises(ValueError, match="values must hold at least one value"):
-        figure_slider(_bars, [])
+        figure_slider(_bars, [], description="h")
     with pytest.raises(ValueError, match=r"value must be one of values \[1, 2\], got 5"):
-        figure_slider(_bars, [1, 2], value=5)
+        figure_slider(_bars, [1, 2], description="h", value=5)
     with pytest.raises(TypeError, match=r"draw\(1\) must return a matplotlib Figure, got Axes"):
-        figure_slider(lambda v: plt.subplots()[1], [1])
+        figure_slider(lambda v: plt.subplots()[1], [1], description="h")
 
 
 def _bars2(height, width):
@@ -127,7 +127,7 @@ def test_figure_grid_links_two_sliders_to_nested_stacks():
     pictures = [bytes(i.value) for s in outer.children for i in s.children]
     assert len(pictures) == 6 and len(set(pictures)) == 6
     # outer stack i, inner picture j is draw(rows[i], cols[j])
-    assert bytes(outer.children[0].children[1].value) == bytes(figure_grid(_bars2, [1], [0.5]).children[1].children[0].children[0].value)
+    assert bytes(outer.children[0].children[1].value) == bytes(figure_grid(_bars2, [1], [0.5], descriptions=("h", "w")).children[1].children[0].children[0].value)
     states = widgets.Widget.get_manager_state()["state"].values()
     links = [(s["state"]["source"], s["state"]["target"]) for s in states if s["model_name"] == "LinkModel"]
     assert (["IPY_MODEL_" + row_slider.model_id, "index"], ["IPY_MODEL_" + outer.model_id, "selected_index"]) in links
@@ -138,13 +138,13 @@ def test_figure_grid_links_two_sliders_to_nested_stacks():
 
 def test_figure_grid_errors_name_the_argument():
     with pytest.raises(TypeError, match="draw must be a function"):
-        figure_grid(None, [1], [1])
+        figure_grid(None, [1], [1], descriptions=("h", "w"))
     with pytest.raises(ValueError, match="cols must hold at least one value"):
-        figure_grid(_bars2, [1], [])
+        figure_grid(_bars2, [1], [], descriptions=("h", "w"))
     with pytest.raises(ValueError, match=r"value must be a pair \(row, col\)"):
-        figure_grid(_bars2, [1], [0.5], value=(1, 0.9))
+        figure_grid(_bars2, [1], [0.5], descriptions=("h", "w"), value=(1, 0.9))
     with pytest.raises(TypeError, match=r"draw\(1, 0.5\) must return a matplotlib Figure, got NoneType"):
-        figure_grid(lambda r, c: None, [1], [0.5])
+        figure_grid(lambda r, c: None, [1], [0.5], descriptions=("h", "w"))
 
 
 # ipywidgets 7 (Colab ships 7.7.1) has no Stack: the sliders then swap one picture through the
@@ -155,7 +155,7 @@ def test_figure_grid_errors_name_the_argument():
 def test_figure_slider_without_stack_swaps_one_picture_through_the_kernel(monkeypatch):
     import ipywidgets as widgets
 
-    reference = [bytes(i.value) for i in figure_slider(_bars, [1, 2, 3]).children[1].children]
+    reference = [bytes(i.value) for i in figure_slider(_bars, [1, 2, 3], description="h").children[1].children]
     monkeypatch.delattr(widgets, "Stack")
     box = figure_slider(_bars, [1, 2, 3], description="h", value=2)
     slider, image = box.children
@@ -171,7 +171,7 @@ def test_figure_slider_without_stack_swaps_one_picture_through_the_kernel(monkey
 def test_figure_grid_without_stack_swaps_one_picture_through_the_kernel(monkeypatch):
     import ipywidgets as widgets
 
-    outer = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8]).children[1]
+    outer = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8], descriptions=("h", "w")).children[1]
     reference = [[bytes(i.value) for i in inner.children] for inner in outer.children]
     monkeypatch.delattr(widgets, "Stack")
     box = figure_grid(_bars2, [1, 2], [0.2, 0.5, 0.8], descriptions=("h", "w"), value=(2, 0.8))
@@ -184,3 +184,77 @@ def test_figure_grid_without_stack_swaps_one_picture_through_the_kernel(monkeypa
     col_slider.value = 0.5
     assert bytes(image.value) == reference[0][1]
     assert plt.get_fignums() == []
+
+
+# Accessibility: every slider is named, every picture carries an alternative text (tooltip).
+
+
+def test_sliders_must_be_named():
+    with pytest.raises(TypeError, match="description"):
+        figure_slider(_bars, [1, 2])  # no description at all
+    with pytest.raises(ValueError, match=r"figure_slider: description must name what the slider chooses.*got ' '"):
+        figure_slider(_bars, [1, 2], description=" ")
+    with pytest.raises(TypeError, match="figure_slider: description must be a string, got NoneType"):
+        figure_slider(_bars, [1, 2], description=None)
+    with pytest.raises(TypeError, match="descriptions"):
+        figure_grid(_bars2, [1], [0.5])
+    with pytest.raises(ValueError, match=r"figure_grid: descriptions\[1\] must name what the slider chooses"):
+        figure_grid(_bars2, [1], [0.5], descriptions=("h", ""))
+
+
+def _titled_bars(height):
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.bar([0], [height])
+    ax.set_xlabel("key")
+    ax.set_ylabel("weight")
+    ax.set_title(f"height {height}")
+    return fig
+
+
+def test_each_picture_is_described_from_its_figure():
+    pictures = figure_slider(_titled_bars, [1, 2], description="h").children[1].children
+    assert [p.tooltip for p in pictures] == [
+        "Bar chart of weight against key, titled 'height 1'.",
+        "Bar chart of weight against key, titled 'height 2'.",
+    ]
+    # The state the web page embeds: the tooltip, and the empty description without which
+    # ipywidgets 8's front end throws on an Image that has a tooltip (see viz._Picture).
+    state = pictures[0].get_state()
+    assert state["tooltip"] == pictures[0].tooltip and state["description"] == ""
+    assert state["_model_name"] == "ImageModel"
+    # The repr, which the chapters' outputs show and nbval compares, names an Image as before.
+    assert repr(pictures[0]).startswith("Image(")
+
+
+def test_described_figures_name_their_kind_panels_and_colour_scale():
+    def heatmap(_):
+        fig, ax = plt.subplots(figsize=(3, 3))
+        plot_attention(torch.softmax(torch.randn(3, 4), -1), "abc", "wxyz", ax=ax, title="one head")
+        return fig
+
+    def panels(_):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(4, 2))
+        left.plot([0, 1], [1, 0])
+        left.set_xlabel("step")
+        right.imshow(np.zeros((4, 4, 3)))
+        right.set_title("scene")
+        fig.suptitle("Two views")
+        return fig
+
+    assert figure_slider(heatmap, [0], description="h").children[1].children[0].tooltip == (
+        "Heatmap of query against key, titled 'one head'; colour scale: weight."
+    )
+    assert figure_slider(panels, [0], description="h").children[1].children[0].tooltip == (
+        "Figure 'Two views', 2 panels: (1) line plot over step; (2) image, titled 'scene'."
+    )
+
+
+def test_alt_text_can_be_given():
+    pictures = figure_slider(_bars, [1, 2], description="h", alt=lambda v: f"one bar of height {v}").children[1].children
+    assert [p.tooltip for p in pictures] == ["one bar of height 1", "one bar of height 2"]
+    outer = figure_grid(_bars2, [1, 2], [0.2], descriptions=("h", "w"), alt=lambda r, c: f"{r} by {c}").children[1]
+    assert [s.children[0].tooltip for s in outer.children] == ["1 by 0.2", "2 by 0.2"]
+    assert figure_grid(_bars2, [1], [0.2], descriptions=("h", "w"), alt="a bar").children[1].children[0].children[0].tooltip == "a bar"
+    with pytest.raises(ValueError, match=r"figure_slider: alt must give a non-empty string for 2, got ''"):
+        figure_slider(_bars, [1, 2], description="h", alt=lambda v: "" if v == 2 else "bar")
+    assert plt.get_fignums() == []  # closed even when the alt text is refused

@@ -1,0 +1,248 @@
+"""Accessibility of the built website: axe-core's WCAG 2.1 A and AA rules on every page.
+
+Runs after `make book`, like tests/site/test_site.py (same local server over _build/html, same
+Chromium). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
+colour contrast differs), 1280 pixels wide, then in light mode 320 pixels wide (WCAG's reflow
+width), after the widgets have rendered; axe-core is injected and run with the tags wcag2a, wcag2aa,
+wcag21a and wcag21aa each time, and the test fails listing each violation: rule,
+impact, the elements (CSS selectors) and axe's one-line help. No rule is disabled and no page or
+element is excluded. On the same page two more checks: every <img>, visible or not, has a real
+alternative text, present, not empty and not a file name (docutils writes the image's path as
+its alt when none is given, which axe accepts but a screen reader reads out as a path); and
+every widget slider is named and tells the value its readout shows, also once moved with the
+keyboard (the widget manager gives it neither; book/_ext/static/attnlab-widgets-a11y.js does).
+
+axe-core comes from npm (package.json pins it; `npm ci` installs it into node_modules/). Where
+node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the same version.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [  # as in test_site.py
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+WIDE, NARROW = {"width": 1280, "height": 900}, {"width": 320, "height": 900}
+# Both colour modes (contrast differs), then the light one 320 CSS pixels wide: the width at which
+# WCAG 1.4.10 (reflow) asks that nothing need scrolling sideways (a 1280-pixel screen zoomed to
+# 400 %), where the theme's narrow layout shows and rows of widgets would scroll out of reach.
+SCANS = [(WIDE, "dark"), (WIDE, "light"), (NARROW, "light")]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _pages() -> list[str]:
+    if not (SITE / "index.html").exists():
+        raise RuntimeError(f"no built site at {SITE}: run `make book` first (`make test` does)")
+    pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
+    return [p for p in pages if not p.startswith(("_", "vendor/"))]  # every page a reader can open
+
+
+PAGES = _pages()
+
+
+def _axe_path() -> Path:
+    """axe.min.js: node_modules' copy (package.json's version), else $ATTNLAB_AXE_JS."""
+    candidates = [ROOT / "node_modules" / "axe-core" / "axe.min.js"]
+    if os.environ.get("ATTNLAB_AXE_JS"):
+        candidates.append(Path(os.environ["ATTNLAB_AXE_JS"]))
+    for path in candidates:
+        if path.is_file():
+            return path
+    pytest.fail("axe-core is missing: run `npm ci` (package.json lists axe-core), or set ATTNLAB_AXE_JS "
+                f"to a copy of axe.min.js; looked at {[str(p) for p in candidates]}")
+
+
+@functools.cache
+def _axe_source() -> str:
+    path = _axe_path()
+    pinned = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["devDependencies"]["axe-core"]
+    source = path.read_text(encoding="utf-8")
+    found = re.search(r"axe v([0-9][0-9.]*)", source[:500])
+    assert found and found.group(1) == pinned, f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
+    return source
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, server: str, page_path: str):
+    """The page, with math typeset and every stored widget rendered."""
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    page.goto(server + page_path, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
+        page.evaluate("() => window.MathJax.startup.promise")
+    views = page.locator(f'script[type="{WIDGET_VIEW}"]').count()
+    if views:
+        # The widget manager puts each view into a div.widget-subarea before its <script>.
+        page.wait_for_function(
+            f"""() => {{
+                const tags = document.querySelectorAll('script[type="{WIDGET_VIEW}"]');
+                return Array.from(tags).every(t => {{
+                    const area = t.previousElementSibling;
+                    return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
+                }});
+            }}""",
+            timeout=20000,
+        )
+        page.wait_for_timeout(300)  # let the last images and labels settle
+    return page
+
+
+def _set_mode(page, page_path: str, mode: str) -> None:
+    """Switch the colour mode as the theme's button does: pydata-sphinx-theme's colours hang on
+    <html data-theme>, its mode switcher on data-mode (one page load for both modes)."""
+    page.evaluate(
+        """async (mode) => {
+            localStorage.setItem('mode', mode);
+            localStorage.setItem('theme', mode);
+            document.documentElement.dataset.mode = mode;
+            document.documentElement.dataset.theme = mode;
+            await new Promise(requestAnimationFrame);
+            await Promise.all(document.getAnimations().map(a => a.finished));  // colour transitions
+        }""",
+        mode,
+    )
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    dark = background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)")
+    assert dark == (mode == "dark"), f"{page_path}: asked for {mode} mode, the page's background is {background}"
+
+
+def _resize(page, viewport: dict) -> None:
+    """Resize as a reader's window or zoom does, then wait, in the page, past the theme's own
+    answer: pydata-sphinx-theme makes a code block or table a tab stop when it scrolls sideways,
+    300 ms (debounced) after a resize. A timer of the page set later and longer fires after it."""
+    page.set_viewport_size(viewport)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 600))")
+
+
+def _violations(page) -> list[dict]:
+    return page.evaluate(
+        """async (tags) => {
+            const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+            return result.violations.map(v => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map(n => n.target.map(t => Array.isArray(t) ? t.join(' >>> ') : t).join(' ')),
+            }));
+        }""",
+        WCAG_TAGS,
+    )
+
+
+def _report(page_path: str, how: str, violations: list[dict]) -> str:
+    lines = [f"{page_path} ({how}): {sum(len(v['nodes']) for v in violations)} axe-core violation(s)"]
+    for v in violations:
+        lines.append(f"  {v['id']} ({v['impact']}): {v['help']}")
+        lines.extend(f"      {target}" for target in v["nodes"])
+    return "\n".join(lines)
+
+
+_IMAGE_FILE = re.compile(r"\.(png|jpe?g|gif|svg|webp)$", re.IGNORECASE)
+
+
+def _images_without_alt(page) -> list[str]:
+    images = page.evaluate(
+        """() => Array.from(document.querySelectorAll('img')).map(img => ({
+            alt: img.getAttribute('alt'), src: (img.getAttribute('src') || '').slice(0, 60),
+            where: (img.closest('[id]') || {}).id || '',
+        }))"""
+    )
+    return [
+        f"<img src={i['src']!r}> in #{i['where']}: alt={i['alt']!r}"
+        for i in images
+        if i["alt"] is None or not i["alt"].strip() or _IMAGE_FILE.search(i["alt"].strip())
+    ]
+
+
+_SLIDERS = """() => Array.from(document.querySelectorAll('.widget-slider [role="slider"]')).map(handle => {
+    const ids = (handle.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean);
+    const named = ids.map(id => (document.getElementById(id) || {}).textContent || '').join(' ').trim();
+    const readout = handle.closest('.widget-slider').querySelector('.widget-readout');
+    return {name: named || handle.getAttribute('aria-label') || '', value: handle.getAttribute('aria-valuetext'),
+            readout: readout ? readout.textContent.trim() : null};
+})"""
+
+
+def _slider_problems(page) -> list[str]:
+    """Each widget slider is named by its label and tells the value its readout shows, also
+    after a move with the keyboard (axe checks the name, not the value)."""
+    problems = []
+    for moved in (False, True):
+        if moved:
+            handles = page.locator('.widget-slider [role="slider"]')
+            for i in range(handles.count()):
+                handles.nth(i).focus()
+                page.keyboard.press("ArrowRight" if handles.nth(i).get_attribute("aria-valuenow") == "0.0" else "ArrowLeft")
+            page.wait_for_timeout(300)
+        for i, s in enumerate(page.evaluate(_SLIDERS)):
+            if not s["name"]:
+                problems.append(f"slider {i} has no accessible name")
+            if s["value"] != s["readout"]:
+                problems.append(f"slider {i}{' after a move' if moved else ''}: aria-valuetext {s['value']!r}, readout {s['readout']!r}")
+    return problems
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_is_accessible(browser, server, page_path):
+    page = _open(browser, server, page_path)
+    report = []
+    try:
+        page.add_script_tag(content=_axe_source())
+        for viewport, mode in SCANS:
+            if page.viewport_size != viewport:
+                _resize(page, viewport)
+            _set_mode(page, page_path, mode)
+            violations = _violations(page)
+            if violations:
+                width = "" if viewport is WIDE else f", {viewport['width']} px wide"
+                report.append(_report(page_path, f"{mode} mode{width}", violations))
+        _resize(page, WIDE)
+        images = _images_without_alt(page)
+        sliders = _slider_problems(page)
+    finally:
+        page.context.close()
+    if images:
+        report.append("images without a real alternative text:\n  " + "\n  ".join(images))
+    if sliders:
+        report.append("widget sliders:\n  " + "\n  ".join(sliders))
+    assert not report, f"{page_path}:\n" + "\n".join(report)
