@@ -212,8 +212,10 @@ def _alt_text(function: str, alt: str | Callable[..., str] | None, figure: Figur
     """The alternative text of the picture that ``draw(*args)`` made: ``alt`` (a string, or a
     function of ``args``), else a description of its figure."""
     text = _describe_figure(figure) if alt is None else alt(*args) if callable(alt) else alt
-    if not isinstance(text, str) or not text.strip():
-        shown = ", ".join(repr(a) for a in args)
+    shown = ", ".join(repr(a) for a in args)
+    if not isinstance(text, str):
+        raise TypeError(f"{function}: alt must give a string for {shown}, got {type(text).__name__} {text!r}")
+    if not text.strip():
         raise ValueError(f"{function}: alt must give a non-empty string for {shown}, got {text!r}")
     return text
 

@@ -258,3 +258,6 @@ def test_alt_text_can_be_given():
     with pytest.raises(ValueError, match=r"figure_slider: alt must give a non-empty string for 2, got ''"):
         figure_slider(_bars, [1, 2], description="h", alt=lambda v: "" if v == 2 else "bar")
     assert plt.get_fignums() == []  # closed even when the alt text is refused
+    with pytest.raises(TypeError, match=r"figure_slider: alt must give a string for 1, got int 3"):
+        figure_slider(_bars, [1, 2], description="h", alt=lambda v: 3)
+    assert plt.get_fignums() == []
