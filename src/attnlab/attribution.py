@@ -109,9 +109,15 @@ def leave_one_out(model: nn.Module, batch: Batch) -> torch.Tensor:
 def kendall_tau(x: torch.Tensor, y: torch.Tensor) -> float:
     """Kendall's rank correlation of two importance vectors of the same length (chapter 2).
 
-    ``(concordant - discordant) / (n (n - 1) / 2)`` over all pairs of positions (tau-a: a tie
-    in either vector counts as neither). 1 means the same order, -1 the reverse order, and
-    about 0 no relation. Jain and Wallace (2019) compare attention with attributions this way.
+    Over all pairs of positions, ``(concordant - discordant) / sqrt(n_x n_y)``, where ``n_x`` and
+    ``n_y`` count the pairs that are not tied in ``x`` and in ``y``: Kendall's tau-b, which
+    ``scipy.stats.kendalltau`` computes too. 1 means the same order, -1 the reverse order, and
+    about 0 no relation; ties (attention weights that underflow to exactly 0, say) lower neither
+    the agreement of a vector with itself nor with another. Jain and Wallace (2019) compare
+    attention with attributions this way.
+
+    Raises:
+        ValueError: a vector whose values are all equal (its order, and tau, are undefined).
     """
     check_tensor("kendall_tau", "x", x, kind="float", dim=1, names="(n,)")
     check_tensor("kendall_tau", "y", y, kind="float", dim=1, names="(n,)")
@@ -120,10 +126,13 @@ def kendall_tau(x: torch.Tensor, y: torch.Tensor) -> float:
     n = x.shape[0]
     if n < 2:
         raise ValueError(f"kendall_tau: needs at least 2 positions, got {n}")
-    dx = torch.sign(x[:, None] - x[None, :])  # (n, n)
+    dx = torch.sign(x[:, None] - x[None, :])  # (n, n): each unordered pair twice
     dy = torch.sign(y[:, None] - y[None, :])
-    pairs = n * (n - 1)  # ordered pairs: each unordered pair counted twice, in the sum too
-    return float((dx * dy).sum() / pairs)
+    untied_x, untied_y = dx.abs().sum(), dy.abs().sum()
+    for arg, untied in (("x", untied_x), ("y", untied_y)):
+        if untied == 0:
+            raise ValueError(f"kendall_tau: {arg} has all its {n} values equal; its rank order is undefined")
+    return float((dx * dy).sum() / torch.sqrt(untied_x * untied_y))
 
 
 class UniformScore(nn.Module):

@@ -113,11 +113,30 @@ def test_kendall_tau():
     assert kendall_tau(x, -x) == pytest.approx(-1.0)
     # one swapped pair of six: (5 - 1) / 6
     assert kendall_tau(x, torch.tensor([0.1, 0.2, 0.4, 0.9])) == pytest.approx(4 / 6)
-    # a tie in y counts as neither concordant nor discordant
-    assert kendall_tau(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 2.0])) == pytest.approx(2 / 3)
+    # tau-b: a tied pair counts as neither, and the ties leave the pairs that can be ordered
+    assert kendall_tau(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 2.0])) == pytest.approx(2 / 6**0.5)
+    tied = torch.tensor([0.0, 0.0, 0.0, 0.2, 0.8])  # weights that underflowed to 0
+    assert kendall_tau(tied, tied) == pytest.approx(1.0)
+    assert kendall_tau(tied, -tied) == pytest.approx(-1.0)
     gen = torch.Generator().manual_seed(0)
     a, b = torch.rand(400, generator=gen), torch.rand(400, generator=gen)
     assert abs(kendall_tau(a, b)) < 0.1  # unrelated orders: about 0
+
+
+def test_kendall_tau_b_by_counting_pairs():
+    """Against the textbook definition, pair by pair, on vectors with many ties."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        x = torch.randint(0, 4, (9,), generator=gen).float()
+        y = torch.randint(0, 4, (9,), generator=gen).float()
+        if len(set(x.tolist())) < 2 or len(set(y.tolist())) < 2:
+            continue
+        pairs = [(i, j) for i in range(9) for j in range(i + 1, 9)]
+        c = sum((x[i] - x[j]) * (y[i] - y[j]) > 0 for i, j in pairs)
+        d = sum((x[i] - x[j]) * (y[i] - y[j]) < 0 for i, j in pairs)
+        n_x = sum(x[i] != x[j] for i, j in pairs)
+        n_y = sum(y[i] != y[j] for i, j in pairs)
+        assert kendall_tau(x, y) == pytest.approx(float(c - d) / float(n_x * n_y) ** 0.5)
 
 
 def test_uniform_score_turns_attention_into_the_mean_of_the_states():
@@ -152,6 +171,8 @@ def test_attribution_errors_name_the_argument():
         kendall_tau(torch.ones(3), torch.ones(2))
     with pytest.raises(ValueError, match="kendall_tau: needs at least 2 positions, got 1"):
         kendall_tau(torch.ones(1), torch.ones(1))
+    with pytest.raises(ValueError, match="kendall_tau: y has all its 3 values equal; its rank order is undefined"):
+        kendall_tau(torch.arange(3.0), torch.ones(3))
     plain = Seq2Seq(Seq2SeqConfig(len(VOCAB), len(VOCAB), embed_dim=4, hidden_dim=4))
     with pytest.raises(TypeError, match="replace_score: model must be a Seq2Seq whose decoder has a score module"):
         replace_score(plain, UniformScore())
