@@ -5,8 +5,10 @@ They must come from a quiet machine: on a loaded one, code made of many small op
 several times slower, and the published times would say so. ``bench_chapters.py`` records the
 times the chapters print when it executes them (section 6 of ``results.md``), and
 ``tests/book/test_benchmarks.py`` checks that every time printed in a committed chapter agrees
-with that run within ``TOLERANCE``: between two quiet runs on one machine, times differ by up to
-about a third; a loaded machine breaks the bound.
+with that run within ``TOLERANCE``. Between two quiet runs on this machine, the same training
+run's time was seen to differ by up to a factor of 1.6 (the shortest runs, of about ten
+seconds, vary most); on a loaded machine, code like this runs from twice to a hundred times
+slower, which breaks the bound.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 
 import nbformat
 
-TOLERANCE = 1.6  # committed / benchmark must lie in [1 / TOLERANCE, TOLERANCE]
+TOLERANCE = 2.0  # committed / benchmark must lie in [1 / TOLERANCE, TOLERANCE]
 _TIME = re.compile(r"trained in (\d+(?:\.\d+)?) s")
 
 

@@ -26,6 +26,42 @@ def _ratio(row: dict) -> str:
     return f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"
 
 
+CHAPTERS_TITLE = "5. Executing each chapter in a fresh kernel, as the tests do"
+PRINTED_TITLE = "6. Training times the chapters print, in the same run"
+
+
+def retime_chapters(names: list[str], out: Path = Path(__file__).resolve().parent / "results.md") -> None:
+    """Time only the chapters ``names`` again and replace their rows in sections 5 and 6 of an
+    existing ``results.md`` (after a change to those chapters alone), saying so under section 5.
+    Every other row, and the machine line, are kept: run it on the machine that wrote them."""
+    torch.set_num_threads(2)
+    rows = bench_chapters.main(only=names)
+    timed = {r["chapter"] for r in rows}
+    missing = sorted(set(names) - timed)
+    if missing:
+        raise SystemExit(f"no such chapter: {', '.join(missing)}")
+    text = out.read_text(encoding="utf-8").splitlines()
+    result, section = [], None
+    for line in text:
+        if line.startswith("## "):
+            section = line[3:]
+        mine = line.startswith("| `") and line.split("`")[1] in timed
+        if section == CHAPTERS_TITLE and mine:
+            r = next(r for r in rows if r["chapter"] == line.split("`")[1])
+            line = f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
+        elif section == PRINTED_TITLE and mine:
+            continue  # rewritten below
+        elif section == PRINTED_TITLE and line.startswith("|---"):
+            result.append(line)
+            result += [f"| `{r['chapter']}` | {key} | {seconds:.1f} |" for r in rows for key, seconds in r["printed"].items()]
+            continue
+        result.append(line)
+        if line == f"## {CHAPTERS_TITLE}":
+            result += ["", f"(Re-timed alone, after the rest of this run: {', '.join(f'`{n}`' for n in sorted(timed))}.)"]
+    out.write_text("\n".join(result) + "\n")
+    print(f"updated {out} for {sorted(timed)}")
+
+
 def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md") -> None:
     torch.set_num_threads(2)
     sections = []
@@ -64,10 +100,10 @@ def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md"
     lines = ["| chapter | title | seconds | target | |", "|---|---|---|---|---|"]
     lines += [f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
               for r in rows]
-    sections.append(("5. Executing each chapter in a fresh kernel, as the tests do", lines))
+    sections.append((CHAPTERS_TITLE, lines))
     lines = ["| chapter | printed line (its time as #) | seconds |", "|---|---|---|"]
     lines += [f"| `{r['chapter']}` | {key} | {seconds:.1f} |" for r in rows for key, seconds in r["printed"].items()]
-    sections.append(("6. Training times the chapters print, in the same run", lines))
+    sections.append((PRINTED_TITLE, lines))
     m = machine()
     text = ["# Benchmarks", "", "<!-- the book's Performance appendix includes everything below this line -->", "",
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
@@ -84,5 +120,10 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results.md",
                         help="where to write the markdown (default: benchmarks/results.md)")
+    parser.add_argument("--chapters", nargs="+", metavar="NAME",
+                        help="only re-time these chapters (file stems) and update their rows in --out")
     args = parser.parse_args()
-    main(args.quick, args.out)
+    if args.chapters:
+        retime_chapters(args.chapters, args.out)
+    else:
+        main(args.quick, args.out)
