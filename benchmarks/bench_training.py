@@ -33,7 +33,7 @@ def _recipes(src: int, tgt: int) -> dict:
         "Luong GRU (chapter 2's model), lr 3e-3": dict(
             build=lambda: Seq2Seq(rnn, decoder=LuongDecoder(rnn)), steps=400, target=25.0,
             kwargs=dict(lr=3e-3)),
-        "Luong GRU, lr 5e-3 (chapter 2's run)": dict(
+        "Luong GRU, constant lr 5e-3 (chapter 6's recipe)": dict(
             build=lambda: Seq2Seq(rnn, decoder=LuongDecoder(rnn)), steps=500, target=None,
             kwargs=dict(lr=5e-3)),
         "Transformer 2+2, post-LN (chapter 6)": dict(

@@ -11,7 +11,7 @@ Shapes: query ``(..., N, E)``, key ``(..., N, E)``, value ``(..., N, Ev)`` (self
 queries and keys have the same length ``N``); banded weights ``(..., N, 2r + 1)``, where column
 ``r + o`` holds the weight of key ``i + o`` for query ``i``.
 
-Local attention (chapter 4): a decoder's query ``t`` attends to the ``2D + 1`` source positions
+Local attention (chapter 4): a decoder's query ``t`` attends to the ``2w + 1`` source positions
 around a centre ``p_t``, fixed (local-m, ``p_t = t``) or predicted (local-p, with a Gaussian
 factor); the window is gathered, so the cost does not grow with the source length.
 """
