@@ -57,10 +57,13 @@ def _wrong_id(wrong: dict) -> str:
 def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
     """The reference solution with one plausible mistake written in, or why it cannot be."""
     nb = nbformat.read(dest / "autograder" / f"{dest.name}.ipynb", as_version=4)
-    hits = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]
-    if len(hits) != 1:
-        return f"the edit {wrong['find']!r} must match one solution cell, matched {len(hits)}"
-    hits[0].source = hits[0].source.replace(wrong["find"], wrong["replace"])
+    for edit in wrong.get("edits", [wrong]):  # one edit (find, replace), or a list of them
+        hits = [c for c in nb.cells if c.cell_type == "code" and edit["find"] in c.source]
+        if len(hits) != 1:
+            return f"the edit {edit['find']!r} must match one solution cell, matched {len(hits)}"
+        if hits[0].source.count(edit["find"]) != 1:
+            return f"the edit {edit['find']!r} must match once in its cell"
+        hits[0].source = hits[0].source.replace(edit["find"], edit["replace"])
     nbformat.write(nb, path)
     return path
 
