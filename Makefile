@@ -1,6 +1,6 @@
 # attnlab: the two commands are `make book` and `make test` (see README.md).
 #   make book      create .venv, install everything, build the website into _build/html
-#   make test      install, build, then run every test (unit, chapters with nbval, site in Chromium)
+#   make test      install, build, then run every test (site in Chromium, unit, ..., chapters with nbval)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
 #   make assignments  student notebooks and autograder zips into _build/assignments
 #   make bench     benchmarks against PyTorch, written to benchmarks/results.md
@@ -70,12 +70,18 @@ browser:
 # nbval's mode: strict (--nbval) where the chapters' outputs were recorded (make execute writes the
 # platform into each chapter), portable (--nbval-lax: every cell runs and its assertions must hold,
 # only cells tagged nbval-check-output are compared) anywhere else. NBVAL_MODE=strict|portable forces it.
+# Two runs: the website's checks first, two at a time (each drives its own Chromium, whose page
+# work is one core's: two workers use both cores), then everything else in one process, the
+# chapters last and alone, so that nothing competes with their timed cells.
 test: book browser
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	$(PY) -m pytest tests chapters $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-		--junitxml=_build/test-results.xml; \
+	$(PY) -m pytest tests/site -n 2 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
+	site=$$?; \
+	$(PY) -m pytest tests chapters --ignore=tests/site $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		-p no:cacheprovider --junitxml=_build/test-results.xml; \
 	status=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; \
-	$(PY) scripts/junit_times.py --folders _build/test-results.xml || true; exit $$status
+	$(PY) scripts/junit_times.py --folders _build/test-results-site.xml _build/test-results.xml || true; \
+	[ $$site -eq 0 ] && exit $$status; exit $$site
 
 # On a CUDA machine: unit tests on every device, every chapter on the GPU (portable nbval), GPU
 # benchmarks. Uses the machine's own python3 and torch (PYTHON=... to choose), not .venv.

@@ -5,7 +5,8 @@ otter-grader's format), ``otter assign`` writes, under ``OUT/<name>/`` (default
 ``_build/assignments``):
 
 - ``student/``: the notebook students get (solutions replaced by ``...``, outputs cleared) and
-  its public tests in ``tests/``, zipped as ``<name>-student.zip`` to hand out;
+  its public tests in ``tests/``, zipped as ``<name>-student.zip`` to hand out (it unpacks into
+  one folder, ``<name>/``);
 - ``autograder/``: the solution notebook, every test (public and hidden) and
   ``<name>-autograder.zip``, which ``otter run`` (or Gradescope) grades submissions with.
 
@@ -55,7 +56,12 @@ def build(source: Path, out: Path, env: dict[str, str] | None = None) -> Path:
     if len(zips) != 1:
         raise RuntimeError(f"{name}: expected one autograder zip, found {zips}")
     zips[0].rename(dest / "autograder" / f"{name}-autograder.zip")  # no timestamp in the name
-    shutil.make_archive(str(dest / f"{name}-student"), "zip", dest / "student")
+    # the student zip unpacks into one folder of its own, <name>/, so that two assignments unpacked
+    # side by side do not mix their tests
+    staging = dest / "staging"
+    shutil.copytree(dest / "student", staging / name)
+    shutil.make_archive(str(dest / f"{name}-student"), "zip", root_dir=staging, base_dir=name)
+    shutil.rmtree(staging)
     return dest
 
 

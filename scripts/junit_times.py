@@ -15,7 +15,8 @@ from collections import defaultdict
 def summarise(*paths: str, folders: bool = False) -> str:
     """Counts and chapter times over one or more JUnit files (make test-gpu writes two); with
     ``folders``, also the seconds of each test folder (``tests/unit``, ..., ``chapters``)."""
-    cases = [case for path in paths for case in ET.parse(path).getroot().iter("testcase")]
+    roots = [ET.parse(path).getroot() for path in paths]
+    cases = [case for root in roots for case in root.iter("testcase")]
     outcomes: dict[str, int] = defaultdict(int)
     chapters: dict[str, float] = defaultdict(float)
     by_folder: dict[str, float] = defaultdict(float)
@@ -40,6 +41,12 @@ def summarise(*paths: str, folders: bool = False) -> str:
         lines += ["", "| folder | seconds |", "| --- | --- |"]
         lines += [f"| {name} | {seconds:.0f} |" for name, seconds in sorted(by_folder.items())]
         lines += [f"| everything but the chapters | {outside:.0f} |"]
+        # a run with several workers (pytest -n) takes less wall-clock time than its tests add up to
+        lines += ["", "| run | tests | wall-clock seconds |", "| --- | --- | --- |"]
+        for path, root in zip(paths, roots):
+            suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+            wall = sum(float(s.get("time", 0)) for s in suites)
+            lines.append(f"| {path} | {sum(1 for _ in root.iter('testcase'))} | {wall:.0f} |")
     if failures:
         lines += ["", "Failed:", ""] + [f"- `{name}`" for name in failures]
     return "\n".join(lines)

@@ -100,6 +100,42 @@ def _grades(graded: dict, key: str) -> dict[str, dict]:
     return grades
 
 
+def _questions(source: Path) -> list[tuple[str, int, str, int]]:
+    """(name, points in its config, its heading, the points of its tests) for each question."""
+    cells = nbformat.read(source, as_version=4).cells
+    found = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "raw" and cell.source.startswith("# BEGIN QUESTION"):
+            config = yaml.safe_load(cell.source.split("\n", 1)[1])
+            end = next(j for j in range(i, len(cells)) if cells[j].source.startswith("# END QUESTION"))
+            tests = [yaml.safe_load(c.source.split('""" # BEGIN TEST CONFIG', 1)[1].split('""" # END TEST CONFIG')[0])
+                     for c in cells[i:end] if c.cell_type == "code" and c.source.startswith('""" # BEGIN TEST CONFIG')]
+            found.append((config["name"], config["points"], cells[i + 1].source.split("\n", 1)[0],
+                          sum(t["points"] for t in tests)))
+    return found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_students_see_each_questions_points_and_the_tests_add_up(name):
+    questions = _questions(ROOT / "assignments" / f"{name}.ipynb")
+    assert questions, f"{name}: no questions"
+    for question, points, heading, tests in questions:
+        assert heading.startswith("## Question") and heading.endswith(f"({points} points)"), (
+            f"{name} {question}: its heading must end with its points, ({points} points): {heading!r}")
+        assert tests == points, f"{name} {question}: its tests give {tests} points, its config {points}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_student_zip_unpacks_into_one_folder(built, name):
+    import zipfile
+
+    with zipfile.ZipFile(built[name] / f"{name}-student.zip") as archive:
+        entries = [e for e in archive.namelist() if not e.endswith("/")]
+    assert entries and all(e.startswith(f"{name}/") for e in entries), (
+        f"every file of the student zip belongs in {name}/: {[e for e in entries if not e.startswith(name + '/')]}")
+    assert f"{name}/{name}.ipynb" in entries and any(e.startswith(f"{name}/tests/") for e in entries), entries
+
+
 def test_every_assignment_has_questions_and_wrong_solutions():
     assert len(NAMES) >= 3, f"at least three assignments, found {NAMES}"
     for name in NAMES:

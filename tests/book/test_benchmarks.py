@@ -270,3 +270,11 @@ def test_the_junit_summary_adds_up_each_folder(tmp_path):
     assert "| everything but the chapters | 8 |" in text
     assert "| folder |" not in summarise(str(xml))  # the GPU report's table stays as it was
     assert "- `tests.site.test_site::c`" in text
+    # two runs (make test runs the site's checks with two workers, then the rest): their tests are
+    # added up, and each run's own wall-clock time is listed
+    site = tmp_path / "site.xml"
+    site.write_text('<testsuites><testsuite name="pytest" time="3.2">'
+                    '<testcase classname="tests.site.test_figures" name="d" time="6.0"/></testsuite></testsuites>')
+    both = summarise(str(site), str(xml), folders=True)
+    assert "tests: 1 failed, 4 passed, 1 skipped" in both and "| tests/site | 10 |" in both
+    assert f"| {site} | 1 | 3 |" in both and f"| {xml} | 5 | 0 |" in both

@@ -5,7 +5,8 @@ the dark colour mode of pydata-sphinx-theme, at a desktop width and at a phone's
 diagram that did not load (naturalWidth 0), a figure (image or caption) that reaches past the screen,
 so that the page would scroll sideways, a diagram drawn larger than its own size, text in a diagram smaller than MIN_TEXT_PX on screen, and a
 diagram that the theme dims on dark pages (the SVGs draw their own light card instead). A screenshot of
-every diagram in every mode is saved under _build/screenshots/figures/ for a person to look at.
+every diagram in every mode is saved under _build/screenshots/figures/ for a person to look at. Each
+page is loaded once for each width, in light mode; the dark mode is then switched on in place.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
+
+# make test runs the site's checks on two workers (pytest -n 2 --dist loadgroup): these cases stay
+# together on one, in order, so that each page is loaded once per width (_OpenPage)
+pytestmark = pytest.mark.xdist_group("figures")
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
@@ -54,7 +59,9 @@ def _pages_with_figures() -> dict[str, list[str]]:
 
 
 PAGES = _pages_with_figures()
-CASES = [(page, theme, width) for page in PAGES for theme in THEMES for width in WIDTHS]
+# Page by page, width by width, then both modes on the page already open (the theme's button switches
+# the mode in place): one page load for each page and width.
+CASES = [(page, theme, width) for page in PAGES for width in WIDTHS for theme in THEMES]
 
 
 def _smallest_font(name: str) -> float:
@@ -96,20 +103,59 @@ def test_the_site_shows_every_diagram():
     assert shown == drawn, f"diagrams missing from the site: {sorted(drawn - shown)}"
 
 
+class _OpenPage:
+    """The page last opened, kept for the next case of the same page and width (its other mode)."""
+
+    def __init__(self, browser, server: str) -> None:
+        self.browser, self.server, self.key, self.page = browser, server, None, None
+
+    def get(self, page_path: str, width: str, theme: str):
+        if self.key != (page_path, width):
+            self.close()
+            context = self.browser.new_context(viewport={"width": WIDTHS[width], "height": HEIGHT},
+                                               device_scale_factor=2)
+            # pydata-sphinx-theme reads the mode from localStorage before the page is drawn ("mode" is
+            # the reader's choice, "theme" the one applied) and keeps it in <html data-theme>.
+            context.add_init_script(f"localStorage.setItem('mode', '{theme}'); localStorage.setItem('theme', '{theme}');")
+            page = context.new_page()
+            page.set_default_timeout(120_000)  # the machine may be busy: slow is not broken
+            response = page.goto(self.server + page_path, wait_until="load")
+            assert response is not None and response.ok, f"{page_path} did not load"
+            page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
+            page.wait_for_load_state("networkidle")
+            self.key, self.page = (page_path, width), page
+        else:  # the other mode, switched in place as the theme's button does (colour transitions awaited)
+            self.page.evaluate(
+                """async (mode) => {
+                    localStorage.setItem('mode', mode);
+                    localStorage.setItem('theme', mode);
+                    document.documentElement.dataset.mode = mode;
+                    document.documentElement.dataset.theme = mode;
+                    await new Promise(requestAnimationFrame);
+                    await Promise.all(document.getAnimations().map(a => a.finished));
+                }""",
+                theme,
+            )
+        return self.page
+
+    def close(self) -> None:
+        if self.page is not None:
+            self.page.context.close()
+        self.key, self.page = None, None
+
+
+@pytest.fixture(scope="module")
+def open_page(browser, server):
+    pages = _OpenPage(browser, server)
+    yield pages
+    pages.close()
+
+
 @pytest.mark.parametrize("page_path, theme, width", CASES, ids=[f"{p}-{t}-{w}" for p, t, w in CASES])
-def test_diagrams_load_fit_and_read_in_every_mode(browser, server, page_path, theme, width):
-    context = browser.new_context(viewport={"width": WIDTHS[width], "height": HEIGHT}, device_scale_factor=2)
-    # pydata-sphinx-theme reads the mode from localStorage before the page is drawn ("mode" is the
-    # reader's choice, "theme" the one applied) and keeps it in <html data-theme>.
-    context.add_init_script(f"localStorage.setItem('mode', '{theme}'); localStorage.setItem('theme', '{theme}');")
-    page = context.new_page()
-    page.set_default_timeout(120_000)  # the machine may be busy: slow is not broken
+def test_diagrams_load_fit_and_read_in_every_mode(open_page, page_path, theme, width):
     problems: list[str] = []
     try:
-        response = page.goto(server + page_path, wait_until="load")
-        assert response is not None and response.ok, f"{page_path} did not load"
-        page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
-        page.wait_for_load_state("networkidle")
+        page = open_page.get(page_path, width, theme)
         applied = page.evaluate("() => [document.documentElement.dataset.theme, getComputedStyle(document.body)"
                                 ".backgroundColor]")
         assert applied[0] == theme, f"the theme is {applied[0]!r}, not {theme!r}"
@@ -150,6 +196,7 @@ def test_diagrams_load_fit_and_read_in_every_mode(browser, server, page_path, th
                 page.screenshot(path=str(shot), full_page=True,
                                 clip={"x": box["x"], "y": box["y"] + box["top"], "width": box["width"],
                                       "height": box["height"]})
-    finally:
-        context.close()
+    except BaseException:
+        open_page.close()  # the next case starts from a fresh load
+        raise
     assert not problems, f"{page_path} ({theme}, {width}):\n  " + "\n  ".join(problems)
