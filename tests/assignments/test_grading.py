@@ -125,6 +125,15 @@ def test_students_see_each_questions_points_and_the_tests_add_up(name):
         assert tests == points, f"{name} {question}: its tests give {tests} points, its config {points}"
 
 
+def test_the_instructor_guide_gives_each_assignments_marks():
+    guide = (ROOT / "book" / "instructor-guide.md").read_text(encoding="utf-8")
+    for name in NAMES:
+        row = next((line for line in guide.splitlines() if line.startswith(f"| `{name}` |")), None)
+        assert row, f"the instructor guide's table has no row for {name}"
+        marks = sum(points for _, points, _, _ in _questions(ROOT / "assignments" / f"{name}.ipynb"))
+        assert row.split("|")[4].strip() == str(marks), f"{name}: the guide says {row.split('|')[4].strip()} marks, the questions give {marks}"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_student_zip_unpacks_into_one_folder(built, name):
     import zipfile
