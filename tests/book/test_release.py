@@ -74,6 +74,18 @@ def test_the_setup_cell_installs_this_release_from_this_repository(path):
     )
 
 
+ASSIGNMENTS = sorted((ROOT / "assignments").glob("a[0-9]_*.ipynb"))
+ASSIGNMENT_INSTALL = f'    %pip install -q otter-grader==7.0.0 "attnlab @ git+{REPO_URL}@{TAG}"'
+
+
+@pytest.mark.parametrize("path", ASSIGNMENTS, ids=lambda p: p.stem)
+def test_an_assignment_installs_this_release_on_colab(path):
+    """A student's notebook on Colab installs the release the book was tested with, not the moving head."""
+    setup = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code").source
+    installs = [line for line in setup.splitlines() if "pip install" in line]
+    assert installs == [ASSIGNMENT_INSTALL], f"{path.name}: the install line must be\n{ASSIGNMENT_INSTALL}\nfound {installs}"
+
+
 @pytest.mark.parametrize("name", ["book/how-to-use.md", "README.md"])
 def test_the_docs_show_the_same_install_line_and_tag(name):
     text = (ROOT / name).read_text(encoding="utf-8")
