@@ -11,6 +11,11 @@ otter-grader's format), ``otter assign`` writes, under ``OUT/<name>/`` (default
   ``<name>-autograder.zip``, which ``otter run`` (or Gradescope) grades submissions with.
 
 ``otter assign`` runs the solution notebook against all its tests first and stops if any fails.
+
+The grading environment (the autograder zip's ``environment.yml``, which Gradescope and ``otter
+grade`` build): Python 3.11, otter-grader itself (``overwrite_requirements: false``), the CPU build
+of torch pinned in ``requirements.txt``, and the book's package from a wheel built here and shipped
+inside the zip (``files/dist/``): no git and no network at grading time beyond the package registries.
 """
 
 from __future__ import annotations
@@ -20,11 +25,16 @@ import shutil
 import os
 import subprocess
 import sys
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "_build" / "assignments"
+ROOT = HERE.parent
+DEFAULT_OUT = ROOT / "_build" / "assignments"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+# Where Gradescope (and `otter grade`'s image) unpack the autograder zip: its files/ land here.
+GRADER_FILES = "/autograder/source/files"
 
 
 def sources() -> list[Path]:
@@ -42,14 +52,50 @@ def workers() -> tuple[int, dict[str, str]]:
     return max(1, os.cpu_count() or 1), {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def build(source: Path, out: Path, env: dict[str, str] | None = None) -> Path:
+def build_wheel(out: Path) -> Path:
+    """The book's package as a wheel, into ``out/dist/`` (built from a copy of src/ and
+    pyproject.toml, so that building leaves nothing behind in the repository)."""
+    source = out / "wheel-source"
+    if source.exists():
+        shutil.rmtree(source)
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    dist = out / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(dist), str(source)], capture_output=True, text=True)
+    shutil.rmtree(source)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the attnlab wheel failed:\n{done.stderr[-3000:]}")
+    return dist / f"attnlab-{VERSION}-py3-none-any.whl"
+
+
+def _stage(source: Path, wheel: Path, stage: Path) -> Path:
+    """A folder for otter assign: the source notebook, the grading requirements with this version's
+    wheel written in, and the wheel in dist/ (the notebook's config lists dist as autograder_files)."""
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    shutil.copy(source, stage / source.name)
+    template = (HERE / "requirements.txt").read_text(encoding="utf-8")
+    (stage / "requirements.txt").write_text(template.format(wheel=f"{GRADER_FILES}/dist/{wheel.name}"),
+                                            encoding="utf-8")
+    (stage / "dist").mkdir()
+    shutil.copy(wheel, stage / "dist" / wheel.name)
+    return stage
+
+
+def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None) -> Path:
     """Run otter assign on one source notebook; return the assignment's output folder."""
     name = source.stem
     dest = out / name
     if dest.exists():
         shutil.rmtree(dest)
-    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=HERE, capture_output=True, text=True,
+    stage = _stage(source, wheel or build_wheel(out), out / "stage" / name)
+    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=stage, capture_output=True, text=True,
                           env=env)
+    shutil.rmtree(stage)
     if done.returncode != 0:
         raise RuntimeError(f"otter assign failed for {name}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     zips = list((dest / "autograder").glob(f"{name}-autograder_*.zip"))
@@ -68,9 +114,10 @@ def build(source: Path, out: Path, env: dict[str, str] | None = None) -> Path:
 def main(out: Path = DEFAULT_OUT) -> list[Path]:
     """Build every assignment, several at once (``otter assign`` runs each solution notebook)."""
     out.mkdir(parents=True, exist_ok=True)
+    wheel = build_wheel(out)
     n, env = workers()
     with ThreadPoolExecutor(n) as pool:
-        built = list(pool.map(lambda source: build(source, out, env), sources()))
+        built = list(pool.map(lambda source: build(source, out, env, wheel), sources()))
     for dest in built:
         print(f"{dest.name}: student version and autograder in {dest}")
     return built

@@ -3,7 +3,9 @@ version, and every plausible wrong solution in ``assignments/wrong_solutions.yml
 on its question with a message that teaches.
 
 Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
-builds; the build here goes to a temporary folder. About 10 s per graded notebook (40 s for
+builds; the build here goes to a temporary folder. The zip's own grading environment is checked
+too: what it installs, and, for the first assignment, that a fresh virtual environment built from
+the zip alone grades a reference and a wrong submission. About 10 s per graded notebook (40 s for
 assignment 2, which trains a model). Every submission is graded once, several at a time (one
 otter process per core, ``build.workers``), by a session fixture; each test then checks its own.
 """
@@ -11,9 +13,12 @@ otter process per core, ``build.workers``), by a session fixture; each test then
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -143,6 +148,79 @@ def test_the_student_zip_unpacks_into_one_folder(built, name):
     assert entries and all(e.startswith(f"{name}/") for e in entries), (
         f"every file of the student zip belongs in {name}/: {[e for e in entries if not e.startswith(name + '/')]}")
     assert f"{name}/{name}.ipynb" in entries and any(e.startswith(f"{name}/tests/") for e in entries), entries
+
+
+def _pins() -> dict[str, str]:
+    """The book's own pins (requirements.txt, the Makefile's torch): name -> version."""
+    lines = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line and not line.startswith("#"))
+
+
+def _grader_environment(dest: Path) -> tuple[dict, list[str]]:
+    with zipfile.ZipFile(dest / "autograder" / f"{dest.name}-autograder.zip") as archive:
+        return yaml.safe_load(archive.read("environment.yml")), archive.namelist()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_autograder_zip_holds_its_whole_environment(built, name):
+    """What Gradescope and `otter grade` build the grading image from: otter-grader kept, Python and
+    a CPU torch pinned as the book pins them, the book's package from the wheel inside the zip."""
+    environment, names = _grader_environment(built[name])
+    dependencies = environment["dependencies"]
+    pip = next(d["pip"] for d in dependencies if isinstance(d, dict))
+    book_python = re.search(r"^PYTHON \?= python(3\.\d+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    python = f"python={book_python}"
+    assert python in dependencies, f"{name}: the grading image must have the book's Python, {python}: {dependencies}"
+    otter_pin = f"otter-grader[grading,plugins]=={_pins()['otter-grader']}"
+    assert otter_pin in pip, f"{name}: otter-grader is missing from the grading image ({pip}): overwrite_requirements?"
+    torch_pin = f"torch=={_pins()['torch']}+cpu"
+    assert torch_pin in pip and "--extra-index-url https://download.pytorch.org/whl/cpu" in pip, (
+        f"{name}: the grading image needs {torch_pin} from PyTorch's CPU index: {pip}")
+    wheel = f"attnlab-{build.VERSION}-py3-none-any.whl"
+    assert f"{build.GRADER_FILES}/dist/{wheel}" in pip and f"files/dist/{wheel}" in names, (
+        f"{name}: the book's package must come from files/dist/{wheel} inside the zip: {pip}")
+    assert not [p for p in pip if "git+" in p or "github.com" in p], f"{name}: nothing from git at grading time: {pip}"
+
+
+def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, tmp_path):
+    """The first assignment's grading environment built in a fresh virtual environment from the
+    zip alone (no Docker), then a reference and a wrong submission graded with it. Two differences
+    from Gradescope, both of this machine: the zip is unpacked here instead of /autograder/source,
+    and PyTorch's CPU index is left out (the CPU wheel lies on this machine's disk)."""
+    name = "a1_three_stages"
+    dest = built[name]
+    source = tmp_path / "source"
+    with zipfile.ZipFile(dest / "autograder" / f"{name}-autograder.zip") as archive:
+        archive.extractall(source)
+    environment, _ = _grader_environment(dest)
+    pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    packages = [p.replace(build.GRADER_FILES, str(source / "files")) for p in pip if not p.startswith("--")]
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+    env.update(PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off", JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", "-q", *packages],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert done.returncode == 0, f"the grading environment did not install:\n{done.stderr[-3000:]}"
+    otter_exe = str(venv / "bin" / "otter")
+    wrong = next(w for w in WRONG if w["assignment"] == name)
+    submissions = {"reference": dest / "autograder" / f"{name}.ipynb",
+                   "wrong": _wrong_notebook(dest, wrong, tmp_path / "wrong.ipynb")}
+    grades = {}
+    for kind, notebook in submissions.items():
+        work = tmp_path / kind
+        work.mkdir()
+        shutil.copy(notebook, work / f"{name}.ipynb")
+        run = subprocess.run([otter_exe, "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"), "-o",
+                              str(work), str(work / f"{name}.ipynb")], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert run.returncode == 0, f"otter run in the grading environment failed on the {kind}:\n{run.stderr[-3000:]}"
+        results = json.loads((work / "results.json").read_text())
+        grades[kind] = {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
+    assert all(g["score"] == g["max_score"] > 0 for g in grades["reference"].values()), grades["reference"]
+    broken = grades["wrong"][wrong["question"]]
+    assert broken["score"] < broken["max_score"] and wrong["message"] in broken["output"], broken
 
 
 def test_every_assignment_has_questions_and_wrong_solutions():
