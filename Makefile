@@ -1,5 +1,6 @@
 # attnlab: the two commands are `make book` and `make test` (see README.md).
 #   make book      create .venv, install everything, build the website into _build/html
+#   make book-student  the student edition (no exercise solutions) into _build/html-student
 #   make test      install, build, then run every test (site in Chromium, unit, ..., chapters with nbval)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
 #   make assignments  student notebooks and autograder zips into _build/assignments
@@ -19,7 +20,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book vendor test test-gpu gpu-wheels execute browser clean distclean bench assignments
+.PHONY: all install book book-student vendor test test-gpu gpu-wheels execute browser clean distclean bench assignments
 
 all: book
 
@@ -52,6 +53,16 @@ book: vendor
 	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "make book: open _build/html/index.html"
 
+# The student edition: the same pages without the exercises' solutions and without the
+# instructor guide (scripts/student_edition.py makes its sources; its Colab buttons open the
+# committed student/chapters/*.ipynb, which `python scripts/student_edition.py notebooks` writes).
+book-student: vendor
+	rm -rf _build/html-student _build/student-src
+	$(PY) scripts/student_edition.py sources _build/student-src
+	$(VENV)/bin/jupyter-book build _build/student-src --warningiserror --nitpick --keep-going
+	mv _build/student-src/_build/html _build/html-student
+	@echo "make book-student: open _build/html-student/index.html"
+
 # --- chapters -------------------------------------------------------------------------------
 execute: $(STAMP)
 	@for nb in $(CHAPTERS); do \
@@ -59,6 +70,7 @@ execute: $(STAMP)
 		$(VENV)/bin/jupyter execute --inplace "$$nb" || exit 1; \
 		$(PY) scripts/nbval_mode.py record "$$nb" || exit 1; \
 	done
+	$(PY) scripts/student_edition.py notebooks
 
 # --- tests ----------------------------------------------------------------------------------
 # Debian's Chromium for the browser checks (Playwright drives it; it downloads no browser).
@@ -73,7 +85,7 @@ browser:
 # Two runs: the website's checks first, two at a time (each drives its own Chromium, whose page
 # work is one core's: two workers use both cores), then everything else in one process, the
 # chapters last and alone, so that nothing competes with their timed cells.
-test: book browser
+test: book book-student browser
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
 	$(PY) -m pytest tests/site -n 2 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
 	site=$$?; \
@@ -91,9 +103,10 @@ test-gpu:
 gpu-wheels: $(STAMP)
 	$(PY) scripts/fetch_gpu_wheels.py
 
-# Assignments: otter assign on each source notebook (see book/instructor-guide.md).
+# Assignments: otter assign on each source notebook (see book/instructor-guide.md); the student
+# versions are also copied to assignments/public/ (committed: Colab opens them from there).
 assignments: $(STAMP)
-	$(PY) assignments/build.py _build/assignments
+	$(PY) assignments/build.py _build/assignments --publish
 
 # Benchmarks against PyTorch (not part of `make test`: they report, tests check correctness).
 bench: $(STAMP)

@@ -12,6 +12,11 @@ otter-grader's format), ``otter assign`` writes, under ``OUT/<name>/`` (default
 
 ``otter assign`` runs the solution notebook against all its tests first and stops if any fails.
 
+With ``--publish``, each student version (its notebook and public tests, as in the zip) is also
+copied to ``assignments/public/<name>/``, which is committed: on Colab, a student opens the
+notebook from there, and its setup cell fetches the public tests from there, at the release tag
+(tests/assignments/test_grading.py fails if the committed copies are older than the sources).
+
 The grading environment (the autograder zip's ``environment.yml``, which Gradescope and ``otter
 grade`` build): Python 3.11, otter-grader itself (``overwrite_requirements: false``), the CPU build
 of torch pinned in ``requirements.txt``, and the book's package from a wheel built here and shipped
@@ -21,6 +26,7 @@ inside the zip (``files/dist/``): no git and no network at grading time beyond t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import os
 import subprocess
@@ -35,6 +41,8 @@ DEFAULT_OUT = ROOT / "_build" / "assignments"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
 # Where Gradescope (and `otter grade`'s image) unpack the autograder zip: its files/ land here.
 GRADER_FILES = "/autograder/source/files"
+# The committed student versions (``--publish``), which Colab opens at the release tag.
+PUBLIC = HERE / "public"
 
 
 def sources() -> list[Path]:
@@ -86,6 +94,17 @@ def _stage(source: Path, wheel: Path, stage: Path) -> Path:
     return stage
 
 
+def _stable_ids(notebook: Path) -> None:
+    """Give the cells of ``notebook`` ids that depend only on their place (otter assign draws
+    new ones on every run), so that the same source builds the same student notebook."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        cell.id = hashlib.sha1(f"{notebook.stem}/{i}".encode()).hexdigest()[:8]
+    nbformat.write(nb, notebook)
+
+
 def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None) -> Path:
     """Run otter assign on one source notebook; return the assignment's output folder."""
     name = source.stem
@@ -102,6 +121,7 @@ def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Pat
     if len(zips) != 1:
         raise RuntimeError(f"{name}: expected one autograder zip, found {zips}")
     zips[0].rename(dest / "autograder" / f"{name}-autograder.zip")  # no timestamp in the name
+    _stable_ids(dest / "student" / f"{name}.ipynb")
     # the student zip unpacks into one folder of its own, <name>/, so that two assignments unpacked
     # side by side do not mix their tests
     staging = dest / "staging"
@@ -111,8 +131,20 @@ def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Pat
     return dest
 
 
-def main(out: Path = DEFAULT_OUT) -> list[Path]:
-    """Build every assignment, several at once (``otter assign`` runs each solution notebook)."""
+def publish(dest: Path, public: Path = PUBLIC) -> Path:
+    """Copy the student version of the assignment built in ``dest`` (its notebook and public
+    tests) to ``public/<name>/``, replacing what was there."""
+    target = public / dest.name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(dest / "student", target)
+    return target
+
+
+def main(out: Path = DEFAULT_OUT, publish_to: Path | None = None) -> list[Path]:
+    """Build every assignment, several at once (``otter assign`` runs each solution notebook);
+    with ``publish_to``, copy each student version there too."""
+    out = out.resolve()  # otter assign runs in a staging folder: a relative path would land there
     out.mkdir(parents=True, exist_ok=True)
     wheel = build_wheel(out)
     n, env = workers()
@@ -120,10 +152,14 @@ def main(out: Path = DEFAULT_OUT) -> list[Path]:
         built = list(pool.map(lambda source: build(source, out, env, wheel), sources()))
     for dest in built:
         print(f"{dest.name}: student version and autograder in {dest}")
+        if publish_to is not None:
+            print(f"{dest.name}: student version published in {publish(dest, publish_to)}")
     return built
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
-    main(parser.parse_args().out)
+    parser.add_argument("--publish", action="store_true", help=f"also copy the student versions to {PUBLIC}")
+    args = parser.parse_args()
+    main(args.out, PUBLIC if args.publish else None)

@@ -253,3 +253,73 @@ def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
     g = _grades(graded, f"wrong/{_wrong_id(wrong)}")[wrong["question"]]
     assert g["score"] < g["max_score"], f"{wrong['mistake']!r} kept full marks on {wrong['question']}"
     assert wrong["message"] in g["output"], f"message {wrong['message']!r} not shown; output:\n{g['output']}"
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_published_student_version_is_up_to_date(built, name):
+    """assignments/public/NAME/ (committed; Colab opens the notebook and fetches the tests from
+    there) is exactly the student version that the source notebook builds now."""
+    public, fresh = build.PUBLIC / name, built[name] / "student"
+    hint = "run `make assignments` and commit assignments/public/"
+    assert _files(public) == _files(fresh), f"{name}: assignments/public/{name}/ holds other files than the build: {hint}"
+    for f in _files(fresh):
+        assert (public / f).read_bytes() == (fresh / f).read_bytes(), f"{name}: public/{name}/{f} is out of date: {hint}"
+
+
+def _colab_branch(source: Path) -> str:
+    """The setup cell's code under ``if "google.colab" in sys.modules:``, dedented, its %pip line
+    replaced by ``pass`` (pip is Colab's business, not this test's)."""
+    setup = next(c for c in nbformat.read(source, as_version=4).cells if c.cell_type == "code").source
+    lines = setup.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith('if "google.colab" in sys.modules:'))) + 1
+    body = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        body.append("pass" if line.strip().startswith("%pip") else line[4:])
+    return "\n".join(body)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_on_colab_the_setup_cell_fetches_this_releases_public_tests(built, name, tmp_path, monkeypatch):
+    """The Colab branch of the setup cell, run here with the network replaced by the repository:
+    without an upload it fetches every public test from assignments/public/ at the release tag;
+    with the course's zip uploaded it takes the zip's tests instead."""
+    import urllib.request
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    raw = config["repository"]["url"].replace("https://github.com/", "https://raw.githubusercontent.com/")
+    prefix = f"{raw}/v{build.VERSION}/"
+    fetched = []
+
+    def fetch(url: str, filename: str):
+        assert url.startswith(prefix), f"{name}: the tests must come from this release, {prefix}...: {url}"
+        shutil.copy(ROOT / url.removeprefix(prefix), filename)
+        fetched.append(url)
+
+    monkeypatch.setattr(urllib.request, "urlretrieve", fetch)
+    expected = built[name] / "student" / "tests"
+    for case in ("fetched", "uploaded"):
+        work = tmp_path / case
+        work.mkdir()
+        if case == "uploaded":
+            shutil.copy(built[name] / f"{name}-student.zip", work)
+        monkeypatch.chdir(work)
+        fetched.clear()
+        exec(_colab_branch(ROOT / "assignments" / f"{name}.ipynb"), {})
+        assert _files(work / "tests") == _files(expected), f"{name} ({case}): tests/ holds {_files(work / 'tests')}"
+        for f in _files(expected):
+            assert (work / "tests" / f).read_bytes() == (expected / f).read_bytes(), f"{name} ({case}): {f} differs"
+        assert bool(fetched) == (case == "fetched"), f"{name} ({case}): fetched {fetched}"
+
+
+def test_the_instructor_guide_links_colab_to_this_releases_student_versions():
+    guide = (ROOT / "book" / "instructor-guide.md").read_text(encoding="utf-8")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    org_repo = config["repository"]["url"].removeprefix("https://github.com/")
+    link = f"https://colab.research.google.com/github/{org_repo}/blob/v{build.VERSION}/assignments/public/NAME/NAME.ipynb"
+    assert link in guide, f"the instructor guide must give the Colab link of this release: {link}"
