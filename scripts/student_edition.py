@@ -8,8 +8,9 @@ Two products, both made from the chapters as committed (nothing is executed):
   on Colab (the student site's Colab buttons point at them). ``tests/book/test_student_edition.py``
   fails when they are older than the chapters: run this after ``make execute``.
 - ``python scripts/student_edition.py sources OUT``: a Jupyter Book source tree in ``OUT`` with
-  the same pages, solutions removed, outputs kept, and no instructor guide; ``make book-student``
-  builds it into ``_build/html-student``.
+  the same pages, solutions removed (the chapters' and the written questions' model answers and
+  rubrics), outputs kept, and no instructor guide; ``make book-student`` builds it into
+  ``_build/html-student``.
 
 What counts as a solution (sphinx-exercise's two forms, as the chapters write them):
 
@@ -174,6 +175,16 @@ def student_intro(text: str) -> str:
     return "\n\n".join([title, EDITION_NOTE, *rest])
 
 
+def student_page(text: str, where: str = "page") -> str:
+    """A Markdown page of the book without its solutions and without the paragraphs that point
+    to the instructor-only pages."""
+    if "{solution" in text:
+        nb = strip_solutions({"cells": [{"cell_type": "markdown", "metadata": {}, "source": [text]}]}, where)
+        text = "".join(nb["cells"][0]["source"]) + "\n"
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(p for p in paragraphs if not any(page.split("/")[-1] in p for page in INSTRUCTOR_ONLY))
+
+
 def write_sources(out: Path) -> Path:
     """The student edition's Jupyter Book source tree in ``out``."""
     if out.exists():
@@ -189,6 +200,9 @@ def write_sources(out: Path) -> Path:
         (out / f"{page}.md").unlink()
     intro = out / "book" / "intro.md"
     intro.write_text(student_intro(intro.read_text(encoding="utf-8")), encoding="utf-8")
+    for page in sorted((out / "book").glob("*.md")):  # the written questions' rubrics, say
+        text = page.read_text(encoding="utf-8")
+        page.write_text(student_page(text, page.name), encoding="utf-8")
     (out / "chapters").mkdir()
     for page in (ROOT / "chapters").iterdir():
         if page.suffix == ".ipynb":

@@ -47,8 +47,11 @@ def grade(dest: Path, notebook: Path, work: Path, env: dict[str, str] | None = N
     work.mkdir(parents=True)
     submission = work / f"{name}.ipynb"
     shutil.copy(notebook, submission)
-    done = subprocess.run([build.otter(), "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"),
-                           "-o", str(work), str(submission)], capture_output=True, text=True, timeout=600, env=env)
+    for attempt in range(2):  # a kernel that dies while starting (rare, with several at once) is tried again
+        done = subprocess.run([build.otter(), "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"),
+                               "-o", str(work), str(submission)], capture_output=True, text=True, timeout=600, env=env)
+        if "Kernel died before replying to kernel_info" not in done.stderr:
+            break
     if done.returncode != 0:
         return f"otter run failed on {notebook.name}:\n{done.stderr[-3000:]}"
     results = json.loads((work / "results.json").read_text())

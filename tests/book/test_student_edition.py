@@ -41,7 +41,7 @@ def _text(nb: dict) -> str:
 
 
 def _exercises(text: str) -> list[str]:
-    return re.findall(r"^:::\{exercise\}\n:label: ([\w-]+)", text, re.M)
+    return re.findall(r"^:::\{exercise\}.*\n:label: ([\w-]+)", text, re.M)
 
 
 def test_both_forms_of_solution_are_removed_and_the_exercises_kept():
@@ -165,3 +165,31 @@ def test_the_student_site_has_no_instructor_guide_and_says_which_edition_it_is()
     intro = _soup(STUDENT_SITE / "book" / "intro.html").get_text()
     assert "This is the student edition" in intro and "(student edition)" in _soup(
         STUDENT_SITE / "book" / "intro.html").title.get_text()
+
+
+def test_the_written_questions_have_a_model_answer_and_a_rubric_whose_points_add_up():
+    text = (ROOT / "book" / "written-questions.md").read_text(encoding="utf-8")
+    exercises = [(label, points) for points, label in
+                 re.findall(r"^:::\{exercise\} Question \d+: .*\((\d+) points\)\n:label: ([\w-]+)$", text, re.M)]
+    assert len(exercises) >= 3, f"at least three written questions with their points, found {exercises}"
+    for label, points in exercises:
+        solution = text.split(f":::{{solution}} {label}\n", 1)[1].split("\n:::\n", 1)[0]
+        assert "*Model answer.*" in solution, f"{label}: no model answer"
+        rubric = re.search(r"\*Rubric \((\d+) points\)\.\*(.*)", solution, re.S)
+        assert rubric and rubric.group(1) == points, f"{label}: the rubric must be out of the question's {points} points"
+        parts = [int(n) for n in re.findall(r"(?<=\s)(\d+):(?=\s)", rubric.group(2))]
+        each = re.search(r"(\d+) for each part", rubric.group(2))
+        n_parts = len(re.findall(r"^\d\. ", text.split(f":label: {label}\n", 1)[1].split("\n:::\n", 1)[0], re.M))
+        total = int(each.group(1)) * n_parts if each else sum(parts)
+        assert total == int(points), f"{label}: the rubric's marks add up to {total}, the question gives {points}"
+
+
+def test_the_student_site_shows_the_written_questions_without_answers_or_rubrics():
+    page = "book/written-questions.html"
+    student, instructor = _soup(STUDENT_SITE / page), _soup(SITE / page)
+    questions = [e.get("id") for e in instructor.select("div.exercise")]
+    assert len(questions) >= 3 and [e.get("id") for e in student.select("div.exercise")] == questions
+    assert len(instructor.select("div.solution")) == len(questions)
+    assert not student.select("div.solution") and "Rubric" not in student.get_text() and "Model answer" not in (
+        student.get_text()), f"{page}: the student edition shows an answer or a rubric"
+    assert "instructor guide" not in student.get_text().lower(), f"{page}: the student edition points to a page it has not"
