@@ -58,6 +58,14 @@ def grade(dest: Path, notebook: Path, work: Path, env: dict[str, str] | None = N
     return {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
 
 
+def public_results(work: Path) -> dict[str, str]:
+    """What the public tests (the ones students run) said of each question in the grade written
+    to ``work``: question name -> its part of otter's "Public Tests" output."""
+    results = json.loads((work / "results.json").read_text())
+    output = next(t["output"] for t in results["tests"] if t["name"] == "Public Tests")
+    return dict(re.findall(r"^(q\d+) results:(.*?)(?=^q\d+ results:|\Z)", output, flags=re.M | re.S))
+
+
 def _wrong_id(wrong: dict) -> str:
     return f"{wrong['assignment']}-{wrong['question']}-{wrong['mistake']}"
 
@@ -99,6 +107,9 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     with ThreadPoolExecutor(n) as pool:
         futures = {key: pool.submit(grade, *jobs[key], root / f"run-{i}", env) for i, key in enumerate(order)}
         results.update({key: future.result() for key, future in futures.items()})
+    for i, key in enumerate(order):  # and what the public tests said, as students see it
+        if not isinstance(results[key], str):
+            results[f"public/{key}"] = public_results(root / f"run-{i}")
     return results
 
 
@@ -256,6 +267,32 @@ def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
     g = _grades(graded, f"wrong/{_wrong_id(wrong)}")[wrong["question"]]
     assert g["score"] < g["max_score"], f"{wrong['mistake']!r} kept full marks on {wrong['question']}"
     assert wrong["message"] in g["output"], f"message {wrong['message']!r} not shown; output:\n{g['output']}"
+
+
+# Questions whose public tests cannot check values on a small case, and why (every other question's
+# must: a wrong solution that keeps the shapes right fails them, before the student hands in).
+PUBLIC_WITHOUT_VALUES = {
+    ("a2_bahdanau", "q3"): "the trained model's quality needs the held-out set, which the grader makes",
+    ("a5_transformer", "q5"): "the trained model's accuracy needs the held-out set, which the grader makes",
+}
+QUESTIONS = [(source.stem, q[0]) for source in build.sources() for q in _questions(source)]
+
+
+@pytest.mark.parametrize("name,question", QUESTIONS, ids=[f"{n}-{q}" for n, q in QUESTIONS])
+def test_public_tests_check_values_so_a_wrong_solution_fails_them(graded, name, question):
+    """Public tests that check shapes only would let every wrong solution below pass them: a
+    student would learn of the mistake from the grade. Each question's public tests must fail at
+    least one of its wrong solutions (they check values on a small case), and pass the reference."""
+    reference = graded[f"public/reference/{name}"]
+    assert reference[question].strip() == "All test cases passed!", f"{name} {question}: {reference[question]}"
+    if (name, question) in PUBLIC_WITHOUT_VALUES:
+        return
+    wrong = [w for w in WRONG if (w["assignment"], w["question"]) == (name, question)]
+    assert wrong, f"{name} {question} has no wrong solution to try its public tests on"
+    failed = [w["mistake"] for w in wrong
+              if graded[f"public/wrong/{_wrong_id(w)}"][question].strip() != "All test cases passed!"]
+    assert failed, (f"{name} {question}: every wrong solution passes the public tests "
+                    f"({[w['mistake'] for w in wrong]}); add a check of values on a small case")
 
 
 def _files(root: Path) -> list[str]:

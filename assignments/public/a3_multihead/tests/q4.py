@@ -6,7 +6,7 @@ name = "q4"
 points = 5
 
 @test_case(points=1, hidden=False)
-def test_q4_shape(TransformerBlock):
+def test_q4_shape_and_a_small_case(TransformerBlock, causal_mask):
     import signal
     import threading
 
@@ -20,6 +20,13 @@ def test_q4_shape(TransformerBlock):
         import torch
         out = TransformerBlock(16, 4, 32)(torch.randn(2, 5, 16))
         assert isinstance(out, torch.Tensor) and out.shape == (2, 5, 16), 'output must have shape (B, N, D)'
+        torch.manual_seed(12)
+        block, x = (TransformerBlock(8, 2, 16), torch.randn(1, 3, 8))
+        with torch.no_grad():
+            got = block(x, causal_mask(3))
+            h = block.norm1(x + block.attn(x, causal_mask(3)))
+            expected = block.norm2(h + block.ff(h))
+        assert torch.allclose(got, expected, atol=1e-05), "the output differs from norm2(h + ff(h)) with h = norm1(x + attn(x, mask)): the post-LN block adds each sublayer's output to its input, then normalises"
     finally:
         if guard:
             signal.alarm(0)

@@ -6,7 +6,7 @@ name = "q4"
 points = 5
 
 @test_case(points=1, hidden=False)
-def test_q4_shapes(DateTransformer):
+def test_q4_shapes_and_greedy_decoding(DateTransformer):
     import signal
     import threading
 
@@ -26,6 +26,11 @@ def test_q4_shapes(DateTransformer):
         assert out[0].shape == (3, 4, 14), f'logits must have shape (B, L, V) = (3, 4, 14), got {tuple(out[0].shape)}'
         tokens = model.greedy_decode(src, lengths, 6)[0]
         assert tokens.dtype == torch.long and tokens.shape[0] == 3 and (1 <= tokens.shape[1] <= 6), f"greedy_decode must return (tokens (B, L') with L' <= max_len, None), got {tuple(tokens.shape)}"
+        from attnlab.data import CharVocab
+        with torch.no_grad():
+            start = torch.full((3, 1), CharVocab.START, dtype=torch.long)
+            first = model(src, lengths, start)[0][:, -1].argmax(-1)
+        assert torch.equal(tokens[:, 0], first), f"the first token of greedy_decode must be the argmax of forward's logits after START: expected {first.tolist()}, got {tokens[:, 0].tolist()} (START itself is not part of the tokens returned)"
     finally:
         if guard:
             signal.alarm(0)
