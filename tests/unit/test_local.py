@@ -61,3 +61,56 @@ def test_local_errors_name_the_argument():
         band_mask(0, 1)
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1, got 0"):
         banded_attention(x, x, x, 1, chunk_size=0)
+
+
+# --- chapter 8: sliding windows while generating ---------------------------------------------------
+
+
+def test_rolling_cache_decoding_equals_full_sliding_window_attention():
+    from attnlab.attention import RollingKVCache, scaled_dot_product_attention
+
+    torch.manual_seed(20)
+    B, H, N, E, w = 2, 3, 13, 4, 3
+    q, k, v = torch.randn(B, H, N, E), torch.randn(B, H, N, E), torch.randn(B, H, N, 5)
+    full = scaled_dot_product_attention(q, k, v, band_mask(N, w, causal=True))
+    cache, sizes, steps = RollingKVCache(w), [], []
+    for i in range(N):
+        keys, values = cache.append(k[:, :, i:i + 1], v[:, :, i:i + 1])
+        steps.append(scaled_dot_product_attention(q[:, :, i:i + 1], keys, values))
+        sizes.append(cache.nbytes)
+    torch.testing.assert_close(torch.cat(steps, dim=2), full)
+    assert keys.shape == (B, H, w + 1, E)
+    assert len(set(sizes)) == 1 and sizes[0] == (w + 1) * B * H * (E + 5) * 4  # constant from the first token
+
+
+def test_rolling_cache_rejects_bad_input():
+    from attnlab.attention import RollingKVCache
+
+    with pytest.raises(ValueError, match="RollingKVCache: window must be an int >= 0, got -1"):
+        RollingKVCache(-1)
+    cache = RollingKVCache(2)
+    assert cache.nbytes == 0
+    with pytest.raises(ValueError, match=r"RollingKVCache: key must have shape \(B, H, 1, E\) \(one new position\)"):
+        cache.append(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    cache.append(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+    with pytest.raises(ValueError, match=r"RollingKVCache: key must have shape \(1, 2, 1, 4\) like the cached ones"):
+        cache.append(torch.randn(1, 2, 1, 6), torch.randn(1, 2, 1, 4))
+
+
+@pytest.mark.parametrize(("layers", "window"), [(1, 2), (3, 2), (2, 5)])
+def test_receptive_field_is_what_the_gradient_reaches(layers, window):
+    """Output i of `layers` stacked causal windows depends on input j iff 0 <= i - j <= layers * w."""
+    from attnlab.attention import receptive_field
+
+    torch.manual_seed(21)
+    N, E = 24, 4
+    x = torch.randn(1, N, E, dtype=torch.float64, requires_grad=True)
+    mask = band_mask(N, window, causal=True)
+    h = x
+    for _ in range(layers):
+        h = h + torch.softmax((h @ h.transpose(-2, -1)).masked_fill(~mask, float("-inf")), -1) @ h
+    i = N - 1
+    (grad,) = torch.autograd.grad(h[0, i].sum(), x)
+    reached = grad[0].abs().sum(-1) > 0
+    distance = i - torch.arange(N)
+    assert torch.equal(reached, (distance >= 0) & (distance <= receptive_field(layers, window)))

@@ -58,9 +58,27 @@ import attnlab.models
 from attnlab.attention import (
     BACKENDS,
     SCORES,
+    GroupedQueryAttention,
     LearnedPositionalEmbedding,
     MovingAverageBaseline,
     MultiHeadAttention,
+    RollingKVCache,
+    Traffic,
+    alibi_bias,
+    alibi_slopes,
+    attention_traffic,
+    elu_feature_map,
+    flash_block_sizes,
+    grouped_query_attention,
+    kv_cache_bytes_per_token,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_weights,
+    receptive_field,
+    repeat_kv,
+    rotary_embedding,
+    standard_attention,
+    tiled_attention,
     attention,
     attention_entropy,
     band_mask,
@@ -600,6 +618,66 @@ def _hard():
     loss = reinforce_loss(step_log_prob, reward, baseline.update(reward, mask(B, T)),
                           entropy=attention_entropy(weights)[:, None].expand(B, T), entropy_weight=0.1)
     return (index, context, hard_log_prob, loss), [logits]
+
+
+# --- chapter 8: the attention of today's models ------------------------------------------------
+
+
+@case("rotary-and-alibi", rotary_embedding, alibi_slopes, alibi_bias)
+def _rotary_alibi():
+    q, k, _ = qkv()
+    positions = torch.arange(3, 3 + L, device=META)
+    rotated = (rotary_embedding(q, positions), rotary_embedding(k))
+    bias = alibi_bias(3, L, S, device=META)
+    return (rotated, bias, alibi_slopes(5, device=META)), [q, k]
+
+
+for causal in (False, True):
+
+    @case(f"grouped_query_attention-{'causal' if causal else 'full'}", grouped_query_attention, repeat_kv,
+          kv_cache_bytes_per_token)
+    def _gqa_function(causal=causal):
+        q = randn(B, 4, S, E, grad=True)
+        k, v = randn(B, 2, S, E, grad=True), randn(B, 2, S, E, grad=True)
+        assert kv_cache_bytes_per_token(2, 2, E) == 2 * 2 * 2 * E * 4
+        return (grouped_query_attention(q, k, v, is_causal=causal), repeat_kv(k, 2)), [q, k, v]
+
+for kv_heads in (1, 2, 4):
+
+    @case(f"GroupedQueryAttention-{kv_heads}-kv-heads", GroupedQueryAttention)
+    def _gqa_module(kv_heads=kv_heads):
+        gqa = on_meta(GroupedQueryAttention(E, 4, kv_heads))
+        x = randn(B, S, E, grad=True)
+        return gqa(x, is_causal=True), params(gqa) + [x]
+
+
+@case("sliding-window-generation", RollingKVCache, receptive_field)
+def _rolling():
+    cache, outputs = RollingKVCache(2), []
+    q, k, v = qkv(length=6, keys=6)
+    for i in range(6):
+        keys, values = cache.append(k[:, :, i:i + 1], v[:, :, i:i + 1])
+        outputs.append(scaled_dot_product_attention(q[:, :, i:i + 1], keys, values))
+    assert receptive_field(3, 2) == 6
+    return outputs, [q]
+
+
+@case("linear-attention", linear_attention, linear_attention_recurrent, linear_attention_weights, elu_feature_map)
+def _linear():
+    q, k, v = qkv(length=5, keys=5)
+    out, state = linear_attention_recurrent(q, k, v)
+    return (linear_attention(q, k, v), linear_attention(q, k, v, causal=True), out, state,
+            linear_attention_weights(q, k, causal=True), elu_feature_map(q)), [q, k, v]
+
+
+@case("tiled-and-standard-attention", tiled_attention, standard_attention, attention_traffic, flash_block_sizes)
+def _tiled():
+    q, k, v = qkv(keys=7)
+    traffic = Traffic()
+    outputs = (tiled_attention(q, k, v, 3, 2, traffic), standard_attention(q, k, v))
+    assert traffic == attention_traffic(L, 7, E, block_q=3, block_k=2, heads=6)
+    assert flash_block_sizes(4 * E * 4, E) == (4, 4)
+    return outputs, [q, k, v]
 
 
 # --- the tests ------------------------------------------------------------------------------------

@@ -10,11 +10,20 @@
 - ``local``: restricted (banded) self-attention with a window, in O(n r d), and Luong's local
   attention (local-m, local-p) over a gathered window of the source.
 - ``multihead``: multi-head attention, and copying the weights of ``torch.nn.MultiheadAttention``.
-- ``positional``: sinusoidal and learned positional encodings, and the relative rotation M_k.
+- ``positional``: sinusoidal and learned positional encodings, the relative rotation M_k, and
+  the positions of today's models: rotary embeddings (RoPE) and ALiBi's biases (chapter 8).
+- ``grouped``: multi-query and grouped-query attention, keys and values shared across heads.
+- ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
+- ``tiling``: why FlashAttention is fast: attention over tiles of queries and keys, and the
+  memory traffic of the standard and the tiled kernel, counted and as formulas.
+
+``local`` also holds chapter 8's sliding windows while generating (``RollingKVCache``,
+``receptive_field``).
 """
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
 from attnlab.attention.efficient import blockwise_attention
+from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, kv_cache_bytes_per_token, repeat_kv
 from attnlab.attention.hard import (
     MovingAverageBaseline,
     attention_entropy,
@@ -22,10 +31,32 @@ from attnlab.attention.hard import (
     reinforce_loss,
     sample_location,
 )
-from attnlab.attention.local import band_mask, band_to_dense, banded_attention, local_attention, window_to_dense
+from attnlab.attention.linear import (
+    elu_feature_map,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_weights,
+)
+from attnlab.attention.local import (
+    RollingKVCache,
+    band_mask,
+    band_to_dense,
+    banded_attention,
+    local_attention,
+    receptive_field,
+    window_to_dense,
+)
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
-from attnlab.attention.positional import LearnedPositionalEmbedding, relative_rotation, sinusoidal_encoding
+from attnlab.attention.positional import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    relative_rotation,
+    rotary_embedding,
+    sinusoidal_encoding,
+)
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
+from attnlab.attention.tiling import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 from attnlab.attention.scoring import (
     SCORES,
     AdditiveScore,
@@ -46,30 +77,48 @@ __all__ = [
     "CosineScore",
     "DotScore",
     "GeneralScore",
+    "GroupedQueryAttention",
     "LearnedPositionalEmbedding",
     "MovingAverageBaseline",
     "MultiHeadAttention",
+    "RollingKVCache",
     "ScaledDotScore",
     "Score",
+    "Traffic",
+    "alibi_bias",
+    "alibi_slopes",
     "attention",
     "attention_entropy",
+    "attention_traffic",
     "band_mask",
     "band_to_dense",
     "banded_attention",
     "blockwise_attention",
     "causal_mask",
     "copy_from_torch",
+    "elu_feature_map",
+    "flash_block_sizes",
     "from_key_padding_mask",
+    "grouped_query_attention",
     "hard_attend",
+    "kv_cache_bytes_per_token",
+    "linear_attention",
+    "linear_attention_recurrent",
+    "linear_attention_weights",
     "local_attention",
     "make_score",
     "masked_softmax",
     "padding_mask",
+    "receptive_field",
     "reinforce_loss",
     "relative_rotation",
+    "repeat_kv",
+    "rotary_embedding",
     "sample_location",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
+    "standard_attention",
+    "tiled_attention",
     "to_float_mask",
     "window_to_dense",
 ]

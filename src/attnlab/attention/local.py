@@ -11,6 +11,12 @@ Shapes: query ``(..., N, E)``, key ``(..., N, E)``, value ``(..., N, Ev)`` (self
 queries and keys have the same length ``N``); banded weights ``(..., N, 2r + 1)``, where column
 ``r + o`` holds the weight of key ``i + o`` for query ``i``.
 
+Sliding-window attention (chapter 8) is the causal band under the name today's models use
+(Beltagy et al. 2020; Jiang et al. 2023): a decoder's token ``i`` attends to the positions
+``i - w, ..., i``. While generating, it needs only the keys and values of the last ``w + 1``
+positions: ``RollingKVCache`` keeps them in a buffer of fixed size, overwritten in turn. Through
+``L`` such layers information still travels ``L * w`` positions (``receptive_field``).
+
 Local attention (chapter 4): a decoder's query ``t`` attends to the ``2w + 1`` source positions
 around a centre ``p_t``, fixed (local-m, ``p_t = t``) or predicted (local-p, with a Gaussian
 factor); the window is gathered, so the cost does not grow with the source length.
@@ -27,7 +33,15 @@ import torch.nn.functional as F
 from attnlab.attention.masking import masked_softmax
 from attnlab.validation import check_int, check_tensor
 
-__all__ = ["band_mask", "band_to_dense", "banded_attention", "local_attention", "window_to_dense"]
+__all__ = [
+    "RollingKVCache",
+    "band_mask",
+    "band_to_dense",
+    "banded_attention",
+    "local_attention",
+    "receptive_field",
+    "window_to_dense",
+]
 
 
 def band_mask(n: int, window: int, *, causal: bool = False, device: torch.device | str | None = None) -> torch.Tensor:
@@ -118,6 +132,74 @@ def band_to_dense(weights: torch.Tensor, window: int) -> torch.Tensor:
     cols = rows + torch.arange(2 * window + 1, device=weights.device)[None, :]  # (N, 2r+1) padded index
     dense[..., rows, cols] = weights
     return dense[..., window : window + n]  # drop the padding columns: (..., N, N)
+
+
+# --- sliding windows while generating (chapter 8) ---------------------------------------------------
+
+
+def receptive_field(num_layers: int, window: int) -> int:
+    """How far back ``num_layers`` causal windows of ``window`` positions reach: ``num_layers * window``.
+
+    Defined in chapter 8. Position ``i`` of layer 1 sees inputs ``i - w, ..., i``; each layer
+    above adds ``w`` more (Jiang et al. 2023: after k layers, "up to W x k tokens"). The chapter
+    checks it against the gradient: the output at ``i`` depends on input ``j`` exactly when
+    ``0 <= i - j <= num_layers * window``.
+    """
+    check_int("receptive_field", "num_layers", num_layers)
+    check_int("receptive_field", "window", window, low=0)
+    return num_layers * window
+
+
+class RollingKVCache:
+    """The keys and values of the last ``window + 1`` positions, in a buffer of fixed size (chapter 8).
+
+    The rolling buffer of Jiang et al. (2023), who store position ``i`` in slot ``i mod W``; here
+    the ``window`` keys before a token and the token's own are kept, so the token at position
+    ``p`` is written into slot ``p mod (window + 1)``, over the token ``window + 1`` positions
+    before it, which no later query may see. The order of the slots does not matter to attention (positions are already in
+    the keys, by ``rotary_embedding``, or in the model's bias), so ``append`` returns the filled
+    slots as they lie. Memory: ``nbytes``, the same after ``window + 1`` tokens as after a million.
+    (Each step makes the buffer anew, out of place, so that gradients can flow through it too.)
+
+    Shapes: ``append(key (B, H, 1, E), value (B, H, 1, Ev))`` -> keys ``(B, H, n, E)`` and values
+    ``(B, H, n, Ev)``, ``n = min(tokens so far, window + 1)``.
+    """
+
+    def __init__(self, window: int):
+        self.window = check_int("RollingKVCache", "window", window, low=0)
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0  # tokens appended so far
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("RollingKVCache", "key", key, kind="float", shape=(None, None, 1, None), names="(B, H, 1, E)",
+                     note="one new position")
+        check_tensor("RollingKVCache", "value", value, kind="float", shape=(*key.shape[:2], 1, None),
+                     names=f"({key.shape[0]}, {key.shape[1]}, 1, Ev)", note="one new position")
+        if self.keys is None:
+            size = self.window + 1
+            self.keys = key.new_zeros(*key.shape[:2], size, key.shape[-1])  # (B, H, w + 1, E)
+            self.values = value.new_zeros(*value.shape[:2], size, value.shape[-1])  # (B, H, w + 1, Ev)
+        elif key.shape[:2] != self.keys.shape[:2] or key.shape[-1] != self.keys.shape[-1]:
+            raise ValueError(
+                f"RollingKVCache: key must have shape {(*self.keys.shape[:2], 1, self.keys.shape[-1])} like the "
+                f"cached ones, got {tuple(key.shape)}"
+            )
+        # listing: rolling
+        slot = self.length % (self.window + 1)  # overwrite the position that fell out of the window
+        self.keys = torch.cat([self.keys[:, :, :slot], key, self.keys[:, :, slot + 1:]], dim=2)  # (B, H, w + 1, E)
+        self.values = torch.cat([self.values[:, :, :slot], value, self.values[:, :, slot + 1:]], dim=2)
+        self.length += 1
+        n = min(self.length, self.window + 1)
+        return self.keys[:, :, :n], self.values[:, :, :n]
+        # end listing: rolling
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer holds (0 before the first ``append``)."""
+        if self.keys is None:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
 
 # --- Luong et al. (2015): local attention in a sequence-to-sequence decoder (chapter 4) -----------
