@@ -7,6 +7,7 @@ the median ratio and its range; this collects them into one table with the machi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -41,15 +42,31 @@ def retime_chapters(names: list[str], out: Path = Path(__file__).resolve().paren
     if missing:
         raise SystemExit(f"no such chapter: {', '.join(missing)}")
     text = out.read_text(encoding="utf-8").splitlines()
-    result, section = [], None
+
+    def chapter_row(r: dict) -> str:
+        return f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
+
+    retimed = set(timed)  # with those an earlier re-timing named (its line is replaced)
+    for line in text:
+        if line.startswith("(Re-timed alone"):
+            retimed |= set(re.findall(r"`([^`]+)`", line))
+    text = [line for i, line in enumerate(text) if not line.startswith("(Re-timed alone")
+            and not (i > 0 and text[i - 1].startswith("(Re-timed alone") and not line)]
+    result, section, chapter_rows = [], None, []
     for line in text:
         if line.startswith("## "):
             section = line[3:]
         mine = line.startswith("| `") and line.split("`")[1] in timed
-        if section == CHAPTERS_TITLE and mine:
-            r = next(r for r in rows if r["chapter"] == line.split("`")[1])
-            line = f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
-        elif section == PRINTED_TITLE and mine:
+        if section == CHAPTERS_TITLE and line.startswith("| `"):  # collected, written back in order below
+            name = line.split("`")[1]
+            chapter_rows.append((name, chapter_row(next(r for r in rows if r["chapter"] == name)) if mine else line))
+            continue
+        if section == CHAPTERS_TITLE and chapter_rows and not line.startswith("|"):  # the end of the table
+            listed = {name for name, _ in chapter_rows}
+            chapter_rows += [(r["chapter"], chapter_row(r)) for r in rows if r["chapter"] not in listed]  # new chapters
+            result += [row for _, row in sorted(chapter_rows)]
+            chapter_rows = []
+        if section == PRINTED_TITLE and mine:
             continue  # rewritten below
         elif section == PRINTED_TITLE and line.startswith("|---"):
             result.append(line)
@@ -57,7 +74,7 @@ def retime_chapters(names: list[str], out: Path = Path(__file__).resolve().paren
             continue
         result.append(line)
         if line == f"## {CHAPTERS_TITLE}":
-            result += ["", f"(Re-timed alone, after the rest of this run: {', '.join(f'`{n}`' for n in sorted(timed))}.)"]
+            result += ["", f"(Re-timed alone, after the rest of this run: {', '.join(f'`{n}`' for n in sorted(retimed))}.)"]
     out.write_text("\n".join(result) + "\n")
     print(f"updated {out} for {sorted(timed)}")
 

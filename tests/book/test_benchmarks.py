@@ -206,6 +206,8 @@ def _check_gpu_report(text: str) -> dict[str, list[list[str]]]:
     chapters = next(rows for t, rows in tables.items() if t.startswith("Executing each chapter"))
     on_disk = {p.name for p in (ROOT / "chapters").glob("*.ipynb")}
     assert {r[0] for r in chapters} == on_disk, "a chapter's GPU time is missing"
+    for name, seconds in ((r[0], r[1]) for r in chapters):  # a time, or said plainly that it has none
+        assert seconds.isdigit() or seconds.startswith("not run ("), f"{name}: {seconds!r} is not a GPU time"
     counts = re.search(r"tests: (?:(\d+) errors, )?(?:(\d+) failed, )?(\d+) passed", text)
     assert counts and int(counts.group(3)) > 0, "the GPU run's test counts are missing"
     broken = int(counts.group(1) or 0) + int(counts.group(2) or 0)
@@ -241,6 +243,7 @@ def test_performance_page_includes_the_gpu_results():
      "but 1 are listed"),
     (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|\n", "", t), "GPU time is missing"),
     (lambda t: re.sub(r"^GPU: [^,]+", "GPU: cpu", t), "not named"),
+    (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|", "| 05_self_attention.ipynb | fast |", t), "not a GPU time"),
 ])
 def test_the_gpu_check_catches(change, message):
     text = change(GPU_RESULTS.read_text(encoding="utf-8"))

@@ -184,6 +184,7 @@ CONSTANTS = {
     ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
     ("06_transformer", "99.5%"): "the threshold of the claim, asserted in the training cell",
     ("07_complexity", "0.4"): "the lower end of the range asserted for restricted attention's slope",
+    ("08_modern_attention", "18times"): "the lecture notes' count, quoted; the next cell counts it on the model",
 }
 PROSE_NUMBER = re.compile(r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)")
 NOT_PROSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)",
