@@ -11,9 +11,9 @@ Shapes: query ``(..., N, E)``, key ``(..., N, E)``, value ``(..., N, Ev)`` (self
 queries and keys have the same length ``N``); banded weights ``(..., N, 2r + 1)``, where column
 ``r + o`` holds the weight of key ``i + o`` for query ``i``.
 
-Sliding-window attention (chapter 8) is the causal band under the name today's models use
-(Beltagy et al. 2020; Jiang et al. 2023): a decoder's token ``i`` attends to the positions
-``i - w, ..., i``. While generating, it needs only the keys and values of the last ``w + 1``
+Sliding-window attention (chapter 8) is the causal band under the name today's decoders use
+(Jiang et al. 2023; Longformer, Beltagy et al. 2020, puts a window on each side of a token): a
+decoder's token ``i`` attends to the positions ``i - w, ..., i``. While generating, it needs only the keys and values of the last ``w + 1``
 positions: ``RollingKVCache`` keeps them in a buffer of fixed size, overwritten in turn. Through
 ``L`` such layers information still travels ``L * w`` positions (``receptive_field``).
 
