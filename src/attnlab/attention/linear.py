@@ -38,7 +38,8 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1
 
 
-def _check(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, eps: float) -> None:
+def check_qkv_shapes(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Floating query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``, else a named error."""
     for arg, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(name, arg, t, kind="float")
         if t.dim() < 2:
@@ -48,6 +49,10 @@ def _check(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
             f"{name}: expected query (..., L, E), key (..., S, E), value (..., S, Ev); got "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
+
+
+def _check(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, eps: float) -> None:
+    check_qkv_shapes(name, query, key, value)
     check_number(name, "eps", eps, low=0)
 
 

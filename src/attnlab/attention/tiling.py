@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.validation import check_int, check_ints, check_tensor
+from attnlab.attention.linear import check_qkv_shapes
+from attnlab.validation import check_int, check_ints
 
 __all__ = ["Traffic", "attention_traffic", "flash_block_sizes", "standard_attention", "tiled_attention"]
 
@@ -68,15 +69,7 @@ class Traffic:
 
 
 def _check(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, traffic: Traffic | None) -> None:
-    for arg, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(name, arg, t, kind="float")
-        if t.dim() < 2:
-            raise ValueError(f"{name}: {arg} must have shape (..., N, features), got {tuple(t.shape)}")
-    if key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1] or query.shape[:-2] != key.shape[:-2]:
-        raise ValueError(
-            f"{name}: expected query (..., L, E), key (..., S, E), value (..., S, Ev); got "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
+    check_qkv_shapes(name, query, key, value)  # the same rule as linear attention's
     if traffic is not None and not isinstance(traffic, Traffic):
         raise TypeError(f"{name}: traffic must be a Traffic or None, got {type(traffic).__name__}")
 
