@@ -185,6 +185,9 @@ CONSTANTS = {
     ("06_transformer", "99.5%"): "the threshold of the claim, asserted in the training cell",
     ("07_complexity", "0.4"): "the lower end of the range asserted for restricted attention's slope",
     ("08_modern_attention", "18times"): "the lecture notes' count, quoted; the next cell counts it on the model",
+    ("08_modern_attention", "15%"): "BERT's masking rate (Devlin et al. 2019), the default of attnlab.train.mask_tokens",
+    ("08_modern_attention", "80%"): "BERT's share of masked positions replaced by the mask token, mask_tokens' constant",
+    ("08_modern_attention", "10%"): "BERT's share replaced by a random token, mask_tokens' constant",
 }
 PROSE_NUMBER = re.compile(r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)")
 NOT_PROSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)",

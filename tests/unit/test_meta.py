@@ -129,11 +129,15 @@ from attnlab.models import (
     StructuredConfig,
     StructuredSelfAttention,
     TaggerConfig,
+    LMCache,
+    LMConfig,
     Transformer,
     TransformerConfig,
+    TransformerLM,
     frobenius_penalty,
     hop_overlap,
 )
+from attnlab.models.lm import LMBlock
 from attnlab.models.transformer import (
     DecoderLayer,
     EncoderLayer,
@@ -328,6 +332,38 @@ def _transformer_without_layers():
     model = transformer(num_encoder_layers=0, num_decoder_layers=0).eval()
     with torch.no_grad():
         return list(model.greedy_steps(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, 3)), []
+
+
+# --- chapter 8's language models: every kind of position and attention, whole and with caches ---
+
+LMS = {f"{positions}-{attention}-{'causal' if causal else 'encoder'}-G{groups}":
+       dict(positions=positions, attention=attention, causal=causal, num_kv_heads=groups)
+       for positions in ("none", "sinusoidal", "learned", "rope", "alibi")
+       for attention in ("softmax", "linear") for causal in (True, False) for groups in (4, 1)
+       if not (attention == "linear" and positions == "alibi")}
+
+
+def lm(**options: object) -> TransformerLM:
+    return on_meta(TransformerLM(LMConfig(13, d_model=16, num_heads=4, num_layers=2, dim_feedforward=8,
+                                          max_len=16, **options)))
+
+
+for name, options in LMS.items():
+
+    @case(f"TransformerLM-{name}", TransformerLM, LMBlock, FeedForward)
+    def _lm(options=options):
+        model = lm(**options).train()
+        return model(ids(B, 6, high=13)), params(model)
+
+    if options["causal"]:
+
+        @case(f"TransformerLM-cached-steps-{name}", TransformerLM, LMBlock, LMCache)
+        def _lm_steps(options=options):
+            model = lm(**options)
+            caches = model.new_caches()
+            out = [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4)]
+            assert all(c.length == 5 for c in caches)
+            return out, params(model)
 
 
 @case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)

@@ -1,4 +1,4 @@
-"""Data generated in the package (no downloads): dates, and copy/reverse sequence tasks.
+"""Data made in the package or shipped with it (no downloads): dates, sequence tasks, a text corpus.
 
 - ``vocab``: a character vocabulary with padding, start and end tokens, and padded batches.
 - ``dates``: human-readable dates paired with ISO dates, with a held-out split by calendar day.
@@ -6,6 +6,8 @@
 - ``evidence``: classification by a few tokens among distractors, and by one key sentence of a
   document (chapter 4).
 - ``scenes``: small images of coloured shapes with captions in reading order (chapter 4).
+- ``text``: the one corpus shipped rather than generated, 14 modules of Python's standard
+  library (PSF licence), for chapter 8's language models.
 """
 
 from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
@@ -20,6 +22,7 @@ from attnlab.data.scenes import (
     make_scenes,
 )
 from attnlab.data.sequences import make_neighbour_task, make_sequence_pairs
+from attnlab.data.text import TextCorpus, python_corpus
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "SCENE_WORDS",
     "SHAPES",
     "SceneTask",
+    "TextCorpus",
     "caption_text",
     "make_scene_splits",
     "make_scenes",
@@ -44,4 +48,5 @@ __all__ = [
     "make_evidence_task",
     "make_neighbour_task",
     "make_sequence_pairs",
+    "python_corpus",
 ]

@@ -1,5 +1,5 @@
 """Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``captioning`` and
-``structured`` (chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6)."""
+``structured`` (chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6), ``lm`` (chapter 8)."""
 
 from attnlab.models.captioning import (
     CaptionerConfig,
@@ -10,6 +10,7 @@ from attnlab.models.captioning import (
     SoftCaptioner,
     region_cells,
 )
+from attnlab.models.lm import LMCache, LMConfig, TransformerLM, generate, sample_next
 from attnlab.models.seq2seq import (
     AttentionDecoder,
     BahdanauDecoder,
@@ -58,6 +59,8 @@ __all__ = [
     "HierarchicalClassifier",
     "HierarchicalConfig",
     "KVCache",
+    "LMCache",
+    "LMConfig",
     "LuongDecoder",
     "LuongLocalDecoder",
     "PositionPredictor",
@@ -70,11 +73,14 @@ __all__ = [
     "StructuredSelfAttention",
     "TaggerConfig",
     "Transformer",
+    "TransformerLM",
     "TransformerConfig",
     "copy_from_torch_transformer",
     "frobenius_penalty",
+    "generate",
     "hop_overlap",
     "region_cells",
+    "sample_next",
     "summarize",
     "warmup_schedule",
 ]

@@ -1,0 +1,276 @@
+"""One Transformer block, three models: encoder-only, decoder-only, and (chapter 6) encoder-decoder.
+
+Introduced in chapter 8. BERT (Devlin et al. 2019) is a stack of encoder blocks trained to fill
+in masked tokens, seeing both sides; GPT (Radford et al. 2018) is a stack of the same blocks
+with a causal mask, trained to predict the next token. ``TransformerLM`` is both: ``causal``
+chooses the mask, and the trainers in ``attnlab.train`` choose the objective.
+
+Its block is the pre-LN block of chapter 6 (``x + Attention(LayerNorm(x))``, then
+``x + FeedForward(LayerNorm(x))``) with the attention of today's models, each choice a field
+of ``LMConfig``:
+
+- ``positions``: ``"sinusoidal"`` or ``"learned"`` vectors added to the tokens (chapter 5),
+  ``"rope"`` rotating queries and keys, ``"alibi"`` biasing the scores (chapter 8), or
+  ``"none"``;
+- ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
+- ``attention``: ``"softmax"`` or ``"linear"`` (Katharopoulos et al. 2020).
+
+A decoder-only model generates with a cache (``LMCache``, one per block): the keys and values of
+every earlier position for softmax attention, the constant-size state ``(S, z)`` for linear
+attention.
+
+Shapes: tokens ``(B, N)``; logits ``(B, N, V)``; ``D = d_model``, ``H`` query heads, ``G`` key and
+value heads of size ``E = D / H``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, repeat_kv
+from attnlab.attention.linear import linear_attention, linear_attention_recurrent
+from attnlab.attention.masking import causal_mask
+from attnlab.attention.positional import alibi_bias, rotary_embedding, sinusoidal_encoding
+from attnlab.models.transformer import FeedForward
+from attnlab.validation import check_choice, check_int, check_number, check_tensor
+
+__all__ = [
+    "ATTENTION_KINDS", "POSITION_KINDS", "LMBlock", "LMCache", "LMConfig", "TransformerLM", "generate", "sample_next",
+]
+
+POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
+ATTENTION_KINDS = ("softmax", "linear")
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Sizes and choices of a ``TransformerLM`` (defined in chapter 8).
+
+    ``max_len`` bounds the positions of the ``"sinusoidal"`` and ``"learned"`` tables (a
+    learned vector exists for each of them, but only those of the positions seen in training
+    are ever trained); rotary and ALiBi positions have no table and no bound.
+    ``num_kv_heads=None`` means ``num_heads`` (multi-head attention).
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    num_layers: int = 2
+    dim_feedforward: int = 256
+    positions: str = "rope"
+    attention: str = "softmax"
+    causal: bool = True
+    max_len: int = 1024
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
+            check_int("LMConfig", name, getattr(self, name))
+        if self.num_kv_heads is not None:
+            check_int("LMConfig", "num_kv_heads", self.num_kv_heads)
+        if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
+            raise ValueError(
+                f"LMConfig: d_model ({self.d_model}) must be num_heads ({self.num_heads}) times an even head size"
+            )
+        if self.num_heads % self.kv_heads:
+            raise ValueError(
+                f"LMConfig: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        check_choice("LMConfig", "positions", self.positions, POSITION_KINDS)
+        check_choice("LMConfig", "attention", self.attention, ATTENTION_KINDS)
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"LMConfig: causal must be a bool, got {type(self.causal).__name__}")
+        if self.attention == "linear" and self.positions == "alibi":
+            raise ValueError("LMConfig: ALiBi biases the softmax's scores; linear attention has none to bias")
+        check_number("LMConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+
+@dataclass
+class LMCache:
+    """What one block keeps while a decoder-only model generates (chapter 8).
+
+    Softmax attention: ``key``, ``value`` ``(B, G, t, E)`` for the ``t`` positions so far, growing
+    by one per token. Linear attention: ``state`` ``(S (B, H, E, E), z (B, H, E))``, which never
+    grows. ``length`` counts the positions seen.
+    """
+
+    key: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+    state: tuple[torch.Tensor, torch.Tensor] | None = None
+    length: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache holds."""
+        tensors = [t for t in (self.key, self.value) if t is not None] + list(self.state or ())
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class LMBlock(nn.Module):
+    """A pre-LN Transformer block with rotary/ALiBi positions, grouped keys and values, softmax or
+    linear attention (chapter 8). ``x (B, N, D)`` at positions ``start, ..., start + N - 1``."""
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        c = self.config = config
+        self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
+        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, "gelu")
+        self.dropout = nn.Dropout(c.dropout)
+
+    def attend(self, h: torch.Tensor, start: int = 0, cache: LMCache | None = None) -> torch.Tensor:
+        """The attention sub-layer's output ``(B, N, D)`` for ``h (B, N, D)``; updates ``cache``."""
+        c = self.config
+        q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
+        B, H, N, E = q.shape
+        # listing: block
+        if c.positions == "rope":
+            positions = torch.arange(start, start + N, device=h.device)  # (N,)
+            q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
+        if c.attention == "linear":
+            k, v = repeat_kv(k, H // c.kv_heads), repeat_kv(v, H // c.kv_heads)  # (B, H, N, E)
+            if cache is None:
+                out = linear_attention(q, k, v, causal=c.causal)
+            else:  # the recurrent form: a state of fixed size
+                out, cache.state = linear_attention_recurrent(q, k, v, cache.state)
+        else:
+            if cache is not None:  # append to the keys and values of earlier positions
+                if cache.key is not None:
+                    k = torch.cat([cache.key, k], dim=2)  # (B, G, t, E) + (B, G, N, E) -> (B, G, t + N, E)
+                    v = torch.cat([cache.value, v], dim=2)
+                cache.key, cache.value = k, v
+            S = k.shape[2]
+            mask = causal_mask(N, S, align="bottom-right", device=h.device) if c.causal else None  # (N, S)
+            if c.positions == "alibi":  # -m_h |i - j|, and -inf where the causal mask is False
+                bias = alibi_bias(H, N, S, device=h.device).to(q.dtype)  # (H, N, S)
+                mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            out = grouped_query_attention(q, k, v, mask, backend=self.attn.backend)  # (B, H, N, E)
+        # end listing: block
+        if cache is not None:
+            cache.length += N
+        return self.attn.out_proj(out.transpose(1, 2).reshape(B, N, H * E))  # (B, H, N, E) -> (B, N, D)
+
+    def forward(self, x: torch.Tensor, start: int = 0, cache: LMCache | None = None) -> torch.Tensor:
+        x = x + self.dropout(self.attend(self.norm1(x), start, cache))
+        return x + self.dropout(self.ff(self.norm2(x)))
+
+
+class TransformerLM(nn.Module):
+    """Token embedding, ``num_layers`` ``LMBlock``s, a final LayerNorm and a linear layer to the
+    vocabulary (defined in chapter 8): an encoder-only model with ``causal=False`` (BERT's
+    shape), a decoder-only one with ``causal=True`` (GPT's).
+
+    ``forward(tokens (B, N), start=0, caches=None) -> logits (B, N, V)``: ``start`` is the
+    position of the first token (a generator passes the cache's length); with ``caches`` (one
+    ``LMCache`` per block, from ``new_caches``) the blocks append to them.
+    """
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        if not isinstance(config, LMConfig):
+            raise TypeError(f"TransformerLM: config must be an LMConfig, got {type(config).__name__}")
+        c = self.config = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model)
+        nn.init.normal_(self.embedding.weight, std=c.d_model**-0.5)  # unit variance after the sqrt(D) scale
+        if c.positions == "sinusoidal":
+            self.register_buffer("pe", sinusoidal_encoding(c.max_len, c.d_model), persistent=False)
+        elif c.positions == "learned":
+            self.pe = nn.Parameter(torch.randn(c.max_len, c.d_model) * 0.02)
+        self.blocks = nn.ModuleList(LMBlock(c) for _ in range(c.num_layers))
+        self.norm = nn.LayerNorm(c.d_model)
+        self.head = nn.Linear(c.d_model, c.vocab_size)
+
+    def new_caches(self) -> list[LMCache]:
+        """One empty ``LMCache`` per block."""
+        return [LMCache() for _ in self.blocks]
+
+    def forward(self, tokens: torch.Tensor, start: int = 0, caches: list[LMCache] | None = None) -> torch.Tensor:
+        c = self.config
+        check_tensor("TransformerLM", "tokens", tokens, kind="long", dim=2, names="(B, N)", note="token ids")
+        check_int("TransformerLM", "start", start, low=0)
+        if caches is not None:
+            if not self.config.causal:
+                raise ValueError("TransformerLM: caches need a causal model (an encoder sees every position at once)")
+            if not isinstance(caches, list):
+                raise TypeError(f"TransformerLM: caches must be a list of LMCache (new_caches()), got "
+                                f"{type(caches).__name__}")
+            if len(caches) != len(self.blocks):
+                raise ValueError(f"TransformerLM: caches must be a list of {len(self.blocks)} LMCache (new_caches()), "
+                                 f"got {len(caches)}")
+        end = start + tokens.shape[1]
+        if c.positions in ("sinusoidal", "learned") and end > c.max_len:
+            raise ValueError(f"TransformerLM: positions up to {end} exceed max_len {c.max_len} of the {c.positions} table")
+        x = self.embedding(tokens) * math.sqrt(c.d_model)  # (B, N) -> (B, N, D)
+        if c.positions in ("sinusoidal", "learned"):
+            x = x + self.pe[start:end]  # + (N, D)
+        for i, block in enumerate(self.blocks):
+            x = block(x, start, None if caches is None else caches[i])
+        return self.head(self.norm(x))  # (B, N, D) -> (B, N, V)
+
+
+def sample_next(
+    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row from ``logits (B, V)``: ``softmax(logits / temperature)`` over the
+    ``top_k`` most likely tokens (all when ``None``); ``temperature=0`` is greedy (the argmax).
+
+    Defined in chapter 8. Returns ``(B, 1)`` token ids. A temperature below 1 sharpens the
+    distribution, above 1 flattens it; ``top_k`` removes the long tail of unlikely tokens.
+    """
+    check_tensor("sample_next", "logits", logits, kind="float", dim=2, names="(B, V)")
+    check_number("sample_next", "temperature", temperature, low=0)
+    if top_k is not None:
+        check_int("sample_next", "top_k", top_k, high=logits.shape[-1], note=f"at most V = {logits.shape[-1]}")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    # listing: sample
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # only the top k remain
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+    # end listing: sample
+
+
+@torch.no_grad()
+def generate(
+    model: TransformerLM, prompt: torch.Tensor, steps: int, *, temperature: float = 1.0,
+    top_k: int | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
+) -> torch.Tensor:
+    """``steps`` tokens after ``prompt (B, P)``, each sampled by ``sample_next`` (chapter 8).
+
+    With ``use_cache`` the prompt runs once and each later step feeds only the newest token to
+    the blocks, which keep their keys and values (or, for linear attention, their state) in
+    ``LMCache``s; without it every step runs the model on the whole sequence so far. Both
+    give the same tokens. Returns ``(B, P + steps)``; runs where the model is (``prompt`` and
+    ``generator`` must be on the model's device).
+    """
+    if not isinstance(model, TransformerLM) or not model.config.causal:
+        raise TypeError("generate: model must be a causal TransformerLM (LMConfig(causal=True))")
+    check_tensor("generate", "prompt", prompt, kind="long", dim=2, names="(B, P)", note="token ids")
+    check_int("generate", "steps", steps, low=0)
+    model.eval()
+    tokens = prompt
+    caches = model.new_caches() if use_cache else None
+    # listing: generate
+    logits = model(prompt, 0, caches)[:, -1]  # (B, V): the prompt in one pass
+    for _ in range(steps):
+        token = sample_next(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
+        tokens = torch.cat([tokens, token], dim=1)  # (B, t + 1)
+        if use_cache:  # the new token only, at position t
+            logits = model(token, tokens.shape[1] - 1, caches)[:, -1]
+        else:  # the whole sequence again
+            logits = model(tokens)[:, -1]
+    # end listing: generate
+    return tokens

@@ -1,0 +1,301 @@
+"""Chapter 8's language models: the corpus, TransformerLM, its caches, sampling and the trainers."""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+import pytest
+import torch
+
+from attnlab.attention import kv_cache_bytes_per_token
+from attnlab.data import CharVocab, TextCorpus, python_corpus
+from attnlab.models import LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM, generate, sample_next
+from attnlab.train import (
+    evaluate_lm,
+    lm_loss_by_position,
+    mask_tokens,
+    seq2seq_loss_by_position,
+    train_lm,
+    warmup_cosine,
+)
+
+V = 13
+KINDS = {f"{p}-{a}": dict(positions=p, attention=a) for p in ("none", "sinusoidal", "learned", "rope", "alibi")
+         for a in ("softmax", "linear") if not (p == "alibi" and a == "linear")}
+KINDS["rope-softmax-G1"] = dict(positions="rope", num_kv_heads=1)
+KINDS["alibi-softmax-G2"] = dict(positions="alibi", num_kv_heads=2)
+
+
+def lm(seed: int = 0, **options) -> TransformerLM:
+    torch.manual_seed(seed)
+    model = TransformerLM(LMConfig(V, d_model=16, num_heads=4, num_layers=2, dim_feedforward=32, max_len=64,
+                                   **options))
+    return model.eval()
+
+
+# --- the corpus ----------------------------------------------------------------------------------
+
+
+def test_the_corpus_is_shipped_with_its_licence_and_split_by_module():
+    corpus = python_corpus()
+    assert list(corpus.modules)[:3] == ["textwrap", "heapq", "bisect"] and len(corpus.modules) == 14
+    assert corpus.validation == ("calendar",)
+    assert "class TextWrapper" in corpus.modules["textwrap"] and "def monthrange" in corpus.modules["calendar"]
+    folder = resources.files("attnlab.data").joinpath("corpus")
+    licence = folder.joinpath("LICENSE.txt").read_text(encoding="utf-8")
+    assert "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2" in licence
+    assert "PSF" in folder.joinpath("README.md").read_text(encoding="utf-8")
+    train, val = corpus.text("train"), corpus.text("validation")
+    assert "def monthrange" not in train and val == corpus.modules["calendar"]
+    assert len(corpus.ids("train")) == len(train) and len(corpus.ids("validation")) == len(val)
+    assert corpus.vocab_size == len(set("".join(corpus.modules.values()))) + 1 or corpus.vocab_size > 90
+
+
+def test_the_corpus_encodes_and_decodes_characters():
+    corpus = python_corpus()
+    text = "def f(x):\n    return x  # ok\n"
+    ids = corpus.encode(text)
+    assert ids.dtype == torch.long and int(ids.min()) >= 1 and corpus.decode(ids) == text
+    assert corpus.decode(torch.tensor([TextCorpus.MASK, int(ids[0])])) == "_d"
+    with pytest.raises(ValueError, match=r"characters not in the vocabulary: \['€'\]"):
+        corpus.encode("€")
+    with pytest.raises(TypeError, match="text must be a str, got int"):
+        corpus.encode(3)
+    with pytest.raises(ValueError, match="split must be 'train' or 'validation', got 'test'"):
+        corpus.text("test")
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_causal_model_never_looks_ahead(kind):
+    model = lm(**KINDS[kind])
+    tokens = torch.randint(0, V, (2, 9))
+    changed = tokens.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % V
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :6], b[:, :6])
+    assert not torch.allclose(a[:, 6:], b[:, 6:])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_an_encoder_sees_both_sides(kind):
+    model = lm(causal=False, **KINDS[kind])
+    tokens = torch.randint(0, V, (2, 9))
+    changed = tokens.clone()
+    changed[:, 8] = (changed[:, 8] + 1) % V
+    with torch.no_grad():
+        assert not torch.allclose(model(tokens)[:, 0], model(changed)[:, 0])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_decoding_with_caches_gives_the_logits_of_the_whole_sequence(kind):
+    model = lm(**KINDS[kind])
+    tokens = torch.randint(0, V, (2, 10))
+    caches = model.new_caches()
+    with torch.no_grad():
+        whole = model(tokens)
+        pieces = [model(tokens[:, :4], 0, caches)] + [model(tokens[:, t:t + 1], t, caches) for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, atol=1e-5, rtol=1e-5)
+    assert all(c.length == 10 for c in caches)
+
+
+@pytest.mark.parametrize("kind, invariant", [("rope-softmax", True), ("alibi-softmax", True), ("none-softmax", True),
+                                             ("rope-linear", False), ("sinusoidal-softmax", False),
+                                             ("learned-softmax", False)])
+def test_relative_positions_do_not_see_where_a_window_starts(kind, invariant):
+    """RoPE and ALiBi scores depend on offsets only: the same tokens at positions 0.. or 20.. give
+    the same logits. Added positions do, and so does RoPE under linear attention (phi breaks it)."""
+    model = lm(**KINDS[kind])
+    tokens = torch.randint(0, V, (2, 8))
+    with torch.no_grad():
+        same = torch.allclose(model(tokens), model(tokens, start=20), atol=1e-5)
+    assert same == invariant
+
+
+def test_the_caches_grow_by_a_tokens_keys_and_values_except_linear_attentions_state():
+    for options, groups in ((dict(), 4), (dict(num_kv_heads=2), 2), (dict(num_kv_heads=1), 1)):
+        model = lm(**options)
+        caches = model.new_caches()
+        sizes = []
+        with torch.no_grad():
+            for t in range(5):
+                model(torch.zeros(1, 1, dtype=torch.long), t, caches)
+                sizes.append(sum(c.nbytes for c in caches))
+        per_token = kv_cache_bytes_per_token(2, groups, 4)
+        assert sizes == [per_token * (t + 1) for t in range(5)]
+        assert caches[0].key.shape == (1, groups, 5, 4)
+    model = lm(attention="linear")
+    caches = model.new_caches()
+    with torch.no_grad():
+        sizes = [(model(torch.zeros(1, 1, dtype=torch.long), t, caches), sum(c.nbytes for c in caches))[1]
+                 for t in range(5)]
+    assert sizes == [2 * (4 * 4 * 4 + 4 * 4) * 4] * 5  # 2 blocks x (S: H E E, z: H E) x float32
+    assert LMCache().nbytes == 0
+
+
+def test_the_learned_table_trains_only_the_positions_it_sees():
+    model = lm(positions="learned").train()
+    before = model.pe.detach().clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randint(0, V, (2, 8))).sum().backward()
+        optimizer.step()
+    assert torch.equal(model.pe[8:], before[8:]) and not torch.equal(model.pe[:8], before[:8])
+
+
+def test_bad_configurations_and_inputs_get_named_errors():
+    with pytest.raises(ValueError, match="positions must be one of"):
+        LMConfig(V, positions="relative")
+    with pytest.raises(ValueError, match="linear attention has none to bias"):
+        LMConfig(V, positions="alibi", attention="linear")
+    with pytest.raises(ValueError, match=r"num_heads \(4\) must be a multiple of num_kv_heads \(3\)"):
+        LMConfig(V, num_kv_heads=3)
+    with pytest.raises(ValueError, match="an even head size"):
+        LMConfig(V, d_model=12, num_heads=4)
+    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+        LMConfig(V, causal=1)
+    with pytest.raises(TypeError, match="config must be an LMConfig"):
+        TransformerLM(TransformerConfig(V, V))
+    model = lm(positions="sinusoidal")
+    with pytest.raises(ValueError, match="positions up to 70 exceed max_len 64 of the sinusoidal table"):
+        model(torch.zeros(1, 10, dtype=torch.long), start=60)
+    with pytest.raises(TypeError, match="tokens must be"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="caches need a causal model"):
+        lm(causal=False)(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache(), LMCache()])
+    with pytest.raises(ValueError, match="caches must be a list of 2 LMCache"):
+        model(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache()])
+
+
+# --- sampling and generation ---------------------------------------------------------------------
+
+
+def test_sample_next_follows_temperature_and_top_k():
+    logits = torch.tensor([[0.0, 1.0, 3.0, 2.0], [5.0, 0.0, 0.0, 4.0]])
+    assert sample_next(logits, temperature=0).tolist() == [[2], [0]]
+    assert sample_next(logits, top_k=1, generator=torch.Generator().manual_seed(0)).tolist() == [[2], [0]]
+    draws = torch.cat([sample_next(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(200)],
+                      dim=1)
+    assert set(draws[0].tolist()) == {2, 3} and set(draws[1].tolist()) == {0, 3}
+    # a low temperature puts almost every draw on the argmax, a high one spreads them out
+    g = torch.Generator().manual_seed(1)
+    cold = torch.cat([sample_next(logits[:1], temperature=0.1, generator=g) for _ in range(200)], dim=1)
+    hot = torch.cat([sample_next(logits[:1], temperature=10.0, generator=g) for _ in range(200)], dim=1)
+    assert (cold == 2).float().mean() > 0.99 and len(set(hot[0].tolist())) == 4
+    with pytest.raises(ValueError, match="temperature must be"):
+        sample_next(logits, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 4\] \(at most V = 4\), got 5"):
+        sample_next(logits, top_k=5)
+    with pytest.raises(ValueError, match=r"logits must have shape \(B, V\), got shape \(4,\)"):
+        sample_next(logits[0])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_generation_with_the_cache_equals_generation_without_it(kind):
+    model = lm(**KINDS[kind])
+    prompt = torch.randint(0, V, (3, 4))
+    runs = [generate(model, prompt, 12, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(3),
+                     use_cache=cached) for cached in (True, False)]
+    assert runs[0].shape == (3, 16) and torch.equal(runs[0][:, :4], prompt)
+    assert torch.equal(runs[0], runs[1])
+    greedy = generate(model, prompt, 1, temperature=0)
+    with torch.no_grad():
+        assert torch.equal(greedy[:, -1], model(prompt)[:, -1].argmax(-1))
+
+
+def test_generate_refuses_what_it_cannot_do():
+    with pytest.raises(TypeError, match="model must be a causal TransformerLM"):
+        generate(lm(causal=False), torch.zeros(1, 2, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="steps must be an int >= 0"):
+        generate(lm(), torch.zeros(1, 2, dtype=torch.long), -1)
+    with pytest.raises(TypeError, match="prompt must be"):
+        generate(lm(), torch.zeros(1, 2), 3)
+
+
+# --- objectives and trainers ---------------------------------------------------------------------
+
+
+def test_mask_tokens_follows_berts_recipe():
+    tokens = torch.randint(1, 50, (200, 500))
+    inputs, targets = mask_tokens(tokens, 50, rate=0.15, generator=torch.Generator().manual_seed(0))
+    chosen = targets != -100
+    assert torch.equal(targets[chosen], tokens[chosen]) and abs(chosen.float().mean() - 0.15) < 0.005
+    masked = inputs == 0
+    assert not (masked & ~chosen).any() and abs(masked[chosen].float().mean() - 0.8) < 0.01
+    kept = chosen & (inputs == tokens)
+    randomised = chosen & ~masked & (inputs != tokens)
+    assert abs(kept[chosen].float().mean() - 0.1 - 0.1 / 49) < 0.01  # 10 %, and random ones that hit the token
+    assert abs(randomised[chosen].float().mean() - 0.1 * 48 / 49) < 0.01
+    assert torch.equal(inputs[~chosen], tokens[~chosen])
+    with pytest.raises(ValueError, match=r"rate must be"):
+        mask_tokens(tokens, 50, rate=0)
+    with pytest.raises(TypeError, match="tokens must be"):
+        mask_tokens(tokens.float(), 50)
+
+
+def test_warmup_cosine():
+    f = warmup_cosine(10, 2)
+    assert [f(1), f(2)] == [0.5, 1.0] and f(10) == pytest.approx(0.0, abs=1e-12)
+    assert f(6) == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 8)))
+    assert warmup_cosine(4)(1) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    with pytest.raises(ValueError, match=r"warmup must be an int in \[0, 10\]"):
+        warmup_cosine(10, 11)
+
+
+def test_the_loss_by_position_is_the_cross_entropy_of_each_position():
+    model = lm()
+    ids = torch.randint(0, V, (50,))
+    by_position = lm_loss_by_position(model, ids, context=8)
+    windows = torch.stack([ids[i * 8:i * 8 + 9] for i in range(6)])  # (50 - 1) // 8 = 6 windows
+    with torch.no_grad():
+        logits = model(windows[:, :-1])
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
+    torch.testing.assert_close(by_position, expected)
+    assert evaluate_lm(model, ids, context=8) == pytest.approx(float(expected.mean()))
+    masked = lm_loss_by_position(lm(causal=False), torch.randint(1, V, (400,)), context=8, objective="masked",
+                                 mask_rate=0.5)
+    assert masked.shape == (8,) and bool((masked > 0).all())
+
+
+def test_training_lowers_the_loss_and_checks_its_arguments():
+    ids = torch.arange(200) % 5 + 1  # 1 2 3 4 5 1 2 ...: the next token is certain
+    for objective, causal in (("causal", True), ("masked", False)):
+        model = lm(causal=causal)
+        before = evaluate_lm(model, ids, context=16, objective=objective)
+        history = train_lm(model, ids, steps=40, context=16, objective=objective, batch_size=8, lr=1e-2, warmup=5,
+                           progress=False)
+        assert len(history.loss) == 40
+        assert evaluate_lm(model, ids, context=16, objective=objective) < 0.7 * before
+    with pytest.raises(ValueError, match=r"the 'masked' objective needs LMConfig\(causal=False\)"):
+        train_lm(lm(), ids, steps=1, objective="masked")
+    with pytest.raises(ValueError, match="objective must be one of"):
+        train_lm(lm(), ids, steps=1, objective="next")
+    with pytest.raises(ValueError, match="ids must hold more than context = 64 tokens, got 20"):
+        train_lm(lm(), ids[:20], steps=1)
+    with pytest.raises(TypeError, match="model must be a TransformerLM"):
+        train_lm(torch.nn.Linear(2, 2), ids, steps=1)
+
+
+def test_the_seq2seq_loss_by_position_is_the_teacher_forced_cross_entropy():
+    vocab = CharVocab("abc")
+    pairs = [("ab", "cab"), ("b", "ca"), ("abc", "a")]
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(len(vocab), len(vocab), d_model=8, num_heads=2, dim_feedforward=8)).eval()
+    by_position = seq2seq_loss_by_position(model, pairs, vocab, vocab)
+    expected = torch.zeros(3)
+    counts = torch.zeros(3)
+    with torch.no_grad():
+        for source, target in pairs:
+            src = torch.tensor([vocab.encode(source)])
+            tgt_in = torch.tensor([vocab.encode(target, start=True)])
+            logits, _ = model(src, torch.tensor([len(source)]), tgt_in)
+            loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(vocab.encode(target, end=True)),
+                                                     reduction="none")
+            expected[:len(target)] += loss[:len(target)]
+            counts[:len(target)] += 1
+    torch.testing.assert_close(by_position, expected / counts)
