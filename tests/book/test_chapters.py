@@ -188,6 +188,8 @@ CONSTANTS = {
     ("08_modern_attention", "15%"): "BERT's masking rate (Devlin et al. 2019), the default of attnlab.train.mask_tokens",
     ("08_modern_attention", "80%"): "BERT's share of masked positions replaced by the mask token, mask_tokens' constant",
     ("08_modern_attention", "10%"): "BERT's share replaced by a random token, mask_tokens' constant",
+    ("08_modern_attention", "0.02"): "the constant in the bound the GQA cell asserts, in its code",
+    ("08_modern_attention", "50times"): "the learned table's initial scale 0.02 against a token's 1, constants of TransformerLM",
 }
 PROSE_NUMBER = re.compile(r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)")
 NOT_PROSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)",
