@@ -30,6 +30,7 @@ from attnlab.attention.hard import MovingAverageBaseline, reinforce_loss
 from attnlab.data.scenes import PAD, START, SceneTask
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 from attnlab.models.captioning import CaptionOutput, Captioner, HardCaptioner, region_cells
+from attnlab.models.lm import TransformerLM
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
 from attnlab.models.tagger import SelfAttentionTagger
@@ -876,8 +877,6 @@ def warmup_cosine(steps: int, warmup: int = 0) -> Callable[[int], float]:
 
 
 def _check_lm(name: str, model: nn.Module, ids: torch.Tensor, context: int, objective: str) -> None:
-    from attnlab.models.lm import TransformerLM
-
     if not isinstance(model, TransformerLM):
         raise TypeError(f"{name}: model must be a TransformerLM, got {type(model).__name__}")
     check_tensor(name, "ids", ids, kind="long", dim=1, names="(N,)", note="a corpus as one sequence of ids")

@@ -16,7 +16,7 @@ from importlib import resources
 
 import torch
 
-from attnlab.validation import check_tensor
+from attnlab.validation import check_choice, check_tensor
 
 __all__ = ["TextCorpus", "python_corpus"]
 
@@ -58,8 +58,7 @@ class TextCorpus:
 
     def text(self, split: str) -> str:
         """The modules of ``split`` ("train" or "validation") joined in order."""
-        if split not in ("train", "validation"):
-            raise ValueError(f"TextCorpus.text: split must be 'train' or 'validation', got {split!r}")
+        check_choice("TextCorpus.text", "split", split, ("train", "validation"))
         held = split == "validation"
         return "".join(t for name, t in self.modules.items() if (name in self.validation) == held)
 
