@@ -82,10 +82,16 @@ browser:
 # nbval's mode: strict (--nbval) where the chapters' outputs were recorded (make execute writes the
 # platform into each chapter), portable (--nbval-lax: every cell runs and its assertions must hold,
 # only cells tagged nbval-check-output are compared) anywhere else. NBVAL_MODE=strict|portable forces it.
-# Two runs: the website's checks first, two at a time (each drives its own Chromium, whose page
-# work is one core's: two workers use both cores), then everything else in one process, the
-# chapters last and alone, so that nothing competes with their timed cells.
-test: book book-student browser
+# The two editions of the website are built side by side (Sphinx uses one core each). Then two
+# runs: the website's checks first, two at a time (each drives its own Chromium, whose page work is
+# one core's: two workers use both cores), then everything else in one process, the chapters last
+# and alone. Alone, because a chapter keeps the two kernel threads its outputs were recorded with,
+# and PyTorch's threads wait for each other at every parallel operation: beside other work they
+# spin on a core that another process needs (measured: two chapters side by side ran ten times
+# slower; with OMP_WAIT_POLICY=PASSIVE the spinning stops, but one chapter alone then takes 2.3
+# times as long, 248 s instead of 107 s for chapter 3).
+test: browser
+	$(MAKE) -j2 -Otarget book book-student
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
 	$(PY) -m pytest tests/site -n 2 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
 	site=$$?; \

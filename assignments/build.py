@@ -105,14 +105,18 @@ def _stable_ids(notebook: Path) -> None:
     nbformat.write(nb, notebook)
 
 
-def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None) -> Path:
-    """Run otter assign on one source notebook; return the assignment's output folder."""
+def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None,
+          run_tests: bool = True) -> Path:
+    """Run otter assign on one source notebook; return the assignment's output folder. With
+    ``run_tests=False`` otter assign does not grade the solution notebook first (the files it writes
+    are the same; tests/assignments grades the solution with ``otter run`` instead)."""
     name = source.stem
     dest = out / name
     if dest.exists():
         shutil.rmtree(dest)
     stage = _stage(source, wheel or build_wheel(out), out / "stage" / name)
-    done = subprocess.run([otter(), "assign", source.name, str(dest)], cwd=stage, capture_output=True, text=True,
+    flags = [] if run_tests else ["--no-run-tests"]
+    done = subprocess.run([otter(), "assign", *flags, source.name, str(dest)], cwd=stage, capture_output=True, text=True,
                           env=env)
     shutil.rmtree(stage)
     if done.returncode != 0:
@@ -141,15 +145,16 @@ def publish(dest: Path, public: Path = PUBLIC) -> Path:
     return target
 
 
-def main(out: Path = DEFAULT_OUT, publish_to: Path | None = None) -> list[Path]:
-    """Build every assignment, several at once (``otter assign`` runs each solution notebook);
-    with ``publish_to``, copy each student version there too."""
+def main(out: Path = DEFAULT_OUT, publish_to: Path | None = None, run_tests: bool = True) -> list[Path]:
+    """Build every assignment, several at once (``otter assign`` runs each solution notebook
+    against its tests unless ``run_tests`` is false); with ``publish_to``, copy each student
+    version there too."""
     out = out.resolve()  # otter assign runs in a staging folder: a relative path would land there
     out.mkdir(parents=True, exist_ok=True)
     wheel = build_wheel(out)
     n, env = workers()
     with ThreadPoolExecutor(n) as pool:
-        built = list(pool.map(lambda source: build(source, out, env, wheel), sources()))
+        built = list(pool.map(lambda source: build(source, out, env, wheel, run_tests), sources()))
     for dest in built:
         print(f"{dest.name}: student version and autograder in {dest}")
         if publish_to is not None:

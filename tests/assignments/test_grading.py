@@ -6,7 +6,8 @@ Grades with ``otter run`` (no Docker) against the autograder zip that ``make ass
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
 too: what it installs, and, for the first assignment, that a fresh virtual environment built from
 the zip alone grades a reference and a wrong submission. About 10 s per graded notebook (40 s for
-assignment 2, which trains a model). Every submission is graded once, several at a time (one
+assignment 2 and 80 s for assignment 5, which train a model; their wrong solutions of the other
+questions cut the training to one step). Every submission is graded once, several at a time (one
 otter process per core, ``build.workers``), by a session fixture; each test then checks its own.
 """
 
@@ -36,8 +37,10 @@ NAMES = [p.stem for p in build.sources()]
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> dict[str, Path]:
+    """Every assignment built as `make assignments` builds it, except that otter assign does not
+    grade the solution first: test_reference_solution_scores_full_marks grades it with the zip."""
     out = tmp_path_factory.mktemp("assignments")
-    return {dest.name: dest for dest in build.main(out)}
+    return {dest.name: dest for dest in build.main(out, run_tests=False)}
 
 
 def grade(dest: Path, notebook: Path, work: Path, env: dict[str, str] | None = None) -> dict[str, dict] | str:
@@ -221,20 +224,42 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     wrong = next(w for w in WRONG if w["assignment"] == name)
     submissions = {"reference": dest / "autograder" / f"{name}.ipynb",
                    "wrong": _wrong_notebook(dest, wrong, tmp_path / "wrong.ipynb")}
-    grades = {}
-    for kind, notebook in submissions.items():
+
+    def grade_here(kind: str) -> dict[str, dict]:
         work = tmp_path / kind
         work.mkdir()
-        shutil.copy(notebook, work / f"{name}.ipynb")
+        shutil.copy(submissions[kind], work / f"{name}.ipynb")
         run = subprocess.run([otter_exe, "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"), "-o",
                               str(work), str(work / f"{name}.ipynb")], capture_output=True, text=True, env=env,
                              timeout=600)
         assert run.returncode == 0, f"otter run in the grading environment failed on the {kind}:\n{run.stderr[-3000:]}"
         results = json.loads((work / "results.json").read_text())
-        grades[kind] = {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
+        return {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
+
+    with ThreadPoolExecutor(len(submissions)) as pool:  # both at once: one kernel thread each (env)
+        grades = dict(zip(submissions, pool.map(grade_here, submissions)))
     assert all(g["score"] == g["max_score"] > 0 for g in grades["reference"].values()), grades["reference"]
     broken = grades["wrong"][wrong["question"]]
     assert broken["score"] < broken["max_score"] and wrong["message"] in broken["output"], broken
+
+
+def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip_it(tmp_path):
+    """`make assignments` stops when the solution fails its own tests (otter assign grades it);
+    the `built` fixture skips that run (the reference is graded with the zip instead), and the
+    build then succeeds. The solution broken here is the first wrong solution of assignment 1."""
+    wrong = next(w for w in WRONG if w["assignment"] == "a1_three_stages")
+    nb = nbformat.read(ROOT / "assignments" / "a1_three_stages.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]
+    cell.source = cell.source.replace(wrong["find"], wrong["replace"])
+    source = tmp_path / "source" / "a1_three_stages.ipynb"
+    source.parent.mkdir()
+    nbformat.write(nb, source)
+    n, env = build.workers()
+    wheel = build.build_wheel(tmp_path)
+    with pytest.raises(RuntimeError, match="otter assign failed for a1_three_stages"):
+        build.build(source, tmp_path / "graded", env, wheel)
+    dest = build.build(source, tmp_path / "skipped", env, wheel, run_tests=False)
+    assert (dest / "autograder" / "a1_three_stages-autograder.zip").is_file()
 
 
 def test_every_assignment_has_questions_and_wrong_solutions():
