@@ -87,8 +87,8 @@ browser:
 # one core's: two workers use both cores), then everything else in one process, the chapters last
 # and alone. Alone, because a chapter keeps the two kernel threads its outputs were recorded with,
 # and PyTorch's threads wait for each other at every parallel operation: beside other work they
-# spin on a core that another process needs (measured: two chapters side by side ran ten times
-# slower; with OMP_WAIT_POLICY=PASSIVE the spinning stops, but one chapter alone then takes 2.3
+# spin on a core that another process needs (measured: two chapters side by side ran about 30
+# cells in ten minutes; with OMP_WAIT_POLICY=PASSIVE the spinning stops, but one chapter alone then takes 2.3
 # times as long, 248 s instead of 107 s for chapter 3).
 test: browser
 	$(MAKE) -j2 -Otarget book book-student

@@ -254,7 +254,7 @@ def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip
     source = tmp_path / "source" / "a1_three_stages.ipynb"
     source.parent.mkdir()
     nbformat.write(nb, source)
-    n, env = build.workers()
+    _, env = build.workers()
     wheel = build.build_wheel(tmp_path)
     with pytest.raises(RuntimeError, match="otter assign failed for a1_three_stages"):
         build.build(source, tmp_path / "graded", env, wheel)

@@ -176,7 +176,6 @@ def test_chapter_has_an_executed_coding_solution(path):
 # (124 times, 3x) outside math, code literals, glue and citations; each one found must be a
 # constant of the text itself, listed here with the reason it cannot drift.
 CONSTANTS = {
-    ("02_alignment", "95%"): "chapter 1's bar for its plain seq2seq, asserted there",
     ("02_alignment", "8.4"): "a section number of Saitoh (2018), the book the lecture notes follow",
     ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
     ("06_transformer", "99.5%"): "the performance appendix's bar, which test_benchmarks checks this sentence against",
