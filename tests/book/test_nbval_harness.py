@@ -98,6 +98,38 @@ def test_nbval_waits_long_enough_for_a_busy_kernel(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_a_kernel_that_dies_while_starting_is_started_again(monkeypatch, capsys):
+    """The root conftest.py starts nbval's kernel again when it dies before answering (two
+    chapters start theirs at once in `make test`), up to KERNEL_STARTS times, and only then."""
+    import nbval.kernel
+    import nbval.plugin
+
+    restarting = nbval.plugin.RunningKernel
+    assert hasattr(restarting, "starts"), "conftest.py did not patch nbval's kernel"
+    real = nbval.kernel.start_new_kernel
+    calls = []
+
+    def start(*args, dies=1, error=restarting.died, **kwargs):
+        calls.append(error)
+        if len(calls) <= dies:
+            raise RuntimeError(error)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nbval.kernel, "start_new_kernel", start)
+    kernel = nbval.plugin.RunningKernel("python3", cwd=str(ROOT))
+    try:
+        assert len(calls) == 2 and f"starting it again (2 of {restarting.starts})" in capsys.readouterr().err
+    finally:
+        kernel.stop()
+    for dies, error, tries in [(99, restarting.died, restarting.starts), (1, "another failure", 1)]:
+        calls.clear()
+        monkeypatch.setattr(nbval.kernel, "start_new_kernel",
+                            lambda *a, dies=dies, error=error, **k: start(*a, dies=dies, error=error, **k))
+        with pytest.raises(RuntimeError, match=error):
+            nbval.plugin.RunningKernel("python3", cwd=str(ROOT))
+        assert len(calls) == tries, (error, calls)
+
+
 # --- portable mode ------------------------------------------------------------------------------
 
 
