@@ -17,13 +17,13 @@ questions cut the training to one step).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
-import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,6 +48,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 KERNEL_DIED = "Kernel died before replying to kernel_info"
+GRADE_TIMEOUT = 600  # seconds for one grade (assignment 5's reference trains for about a minute)
 
 
 def _start_worker(env: dict[str, str]) -> None:
@@ -62,12 +63,18 @@ def _otter_run(autograder: str, submission: str, work: str) -> str | None:
     kernel of its own, as with the CLI. None, or what otter printed and raised when it failed."""
     import contextlib
     import io
+    import signal
     import traceback
 
     from otter.run import main
 
+    def too_long(*_):
+        raise TimeoutError(f"the grade took more than {GRADE_TIMEOUT} s")
+
+    signal.signal(signal.SIGALRM, too_long)  # the worker's main thread runs this: the alarm reaches it
     for attempt in range(2):  # a kernel that dies while starting (rare, with several at once) is tried again
         printed = io.StringIO()
+        signal.alarm(GRADE_TIMEOUT)
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 main(submission, autograder=autograder, output_dir=work)
@@ -76,6 +83,8 @@ def _otter_run(autograder: str, submission: str, work: str) -> str | None:
             if KERNEL_DIED in str(error) and attempt == 0:
                 continue
             return printed.getvalue()[-2000:] + traceback.format_exc()[-3000:]
+        finally:
+            signal.alarm(0)
 
 
 def grade(pool: ProcessPoolExecutor, dest: Path, notebook: Path, work: Path) -> Future:
