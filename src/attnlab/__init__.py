@@ -9,10 +9,13 @@ from attnlab.listings import listing
 from attnlab.prose import glue
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
-from attnlab.viz import figure_grid, figure_slider, plot_attention
+from typing import TYPE_CHECKING
 
 # Subpackages and modules a chapter imports by name: attnlab.data, attnlab.models, attnlab.train.
 from attnlab import data, models, train  # noqa: E402  (after the names they depend on)
+
+if TYPE_CHECKING:  # imported on first use (below): matplotlib and ipywidgets take a second to import
+    from attnlab.viz import figure_grid, figure_slider, plot_attention
 
 __all__ = [
     "causal_mask",
@@ -28,6 +31,25 @@ __all__ = [
     "plot_attention",
     "set_seed",
 ]
+
+
+_LAZY = {"figure_grid": "attnlab.viz", "figure_slider": "attnlab.viz", "plot_attention": "attnlab.viz"}
+
+
+def __getattr__(name: str):
+    """The plotting helpers, imported when first asked for: code that never plots (the graders,
+    a training script) does not pay for importing matplotlib and ipywidgets."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _installed_version() -> str:

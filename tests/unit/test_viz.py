@@ -261,3 +261,30 @@ def test_alt_text_can_be_given():
     with pytest.raises(TypeError, match=r"figure_slider: alt must give a string for 1, got int 3"):
         figure_slider(_bars, [1, 2], description="h", alt=lambda v: 3)
     assert plt.get_fignums() == []
+
+
+def test_importing_the_package_leaves_the_plotting_libraries_until_a_plot_is_asked_for():
+    """Code that never plots (the assignments' graders, a training script) does not pay for
+    importing matplotlib and ipywidgets (about a second): ``attnlab.figure_slider`` and the other
+    plotting names are imported on first use, and are still listed and importable."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import attnlab, attnlab.data, attnlab.models, attnlab.train
+loaded = sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets', 'IPython'})
+print(loaded)
+assert {'figure_grid', 'figure_slider', 'plot_attention'} <= set(dir(attnlab)) & set(attnlab.__all__)
+from attnlab import plot_attention
+assert plot_attention is attnlab.viz.plot_attention and attnlab.figure_grid is attnlab.viz.figure_grid
+try:
+    attnlab.no_such_name
+except AttributeError as error:
+    assert "no attribute 'no_such_name'" in str(error), error
+else:
+    raise AssertionError("attnlab.no_such_name did not raise AttributeError")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"import attnlab imported {done.stdout.strip()}"
