@@ -150,15 +150,18 @@ def test_local_decoder_step_by_step_equals_teacher_forcing(mode):
         torch.testing.assert_close(whole.centres, expected.to(torch.float32))
 
 
-def test_local_m_learns_to_copy():
+def test_local_m_trains_with_the_seq2seq_loop():
+    """local-m through the book's seq2seq loop on a tiny copy task; that it learns to copy (its
+    monotonic alignment holds there) is asserted where chapter 4.2 trains it, under nbval."""
     vocab = CharVocab("abcd")
-    pairs = make_sequence_pairs("copy", 2000, 4, 12, n_symbols=4, seed=0)
-    config = Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=32, bidirectional=True)
+    pairs = make_sequence_pairs("copy", 256, 4, 8, n_symbols=4, seed=0)
+    config = Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=16, bidirectional=True)
     torch.manual_seed(0)
     model = Seq2Seq(config, decoder=LuongLocalDecoder(config, mode="local-m", window=1))
-    history = train_seq2seq(model, pairs, vocab, vocab, steps=300, batch_size=64, lr=1e-2,
-                            eval_pairs=pairs[:200], progress=False)
-    assert history.evals[-1].exact_match > 0.9, history.evals[-1].exact_match
+    history = train_seq2seq(model, pairs, vocab, vocab, steps=30, batch_size=32, lr=1e-2,
+                            eval_pairs=pairs[:20], progress=False)
+    assert len(history.loss) == 30 and sum(history.loss[-5:]) < 0.8 * sum(history.loss[:5]), history.loss
+    assert history.eval_steps == [30] and len(history.evals[-1].predictions) == 20
 
 
 def test_local_decoder_errors():

@@ -105,33 +105,52 @@ def test_hierarchical_classifier_shapes_and_padding():
         model(tokens[0])
 
 
-def test_structured_model_learns_the_evidence_task_and_the_penalty_separates_the_hops():
-    train = make_evidence_task(3000, 12, seed=0)
-    test = make_evidence_task(500, 12, seed=1)
-    results = {}
-    for penalty in (0.0, 1.0):
-        torch.manual_seed(0)
-        model = StructuredClassifier(StructuredConfig(train.vocab_size, train.num_classes, hops=2))
-        history = train_classifier(model, train.tokens, train.labels, steps=300, lr=1e-2, penalty=penalty,
-                                   eval_data=(test.tokens, test.labels), progress=False)
-        with torch.no_grad():
-            _, A = model(test.tokens)
-        results[penalty] = (history.evals[-1], float(frobenius_penalty(A).mean()), float(hop_overlap(A).mean()))
-    accuracy, p_with, overlap_with = results[1.0]
-    assert accuracy > 0.9, results
-    assert p_with < results[0.0][1] and overlap_with < results[0.0][2], results
-
-
-def test_hierarchical_model_finds_the_key_sentence():
-    train = make_document_task(3000, 4, 6, seed=0)
-    test = make_document_task(500, 4, 6, seed=1)
+# How well the two models learn (the structured one with and without the penalty, the
+# hierarchical one finding the key sentence) is asserted where chapter 4.2 trains them, under
+# nbval; the tests here check the training code on tiny cases.
+def test_train_classifier_adds_the_penalty_times_the_hops_mean_frobenius_penalty_to_the_loss():
+    task = make_evidence_task(48, 8, seed=0)
     torch.manual_seed(0)
-    model = HierarchicalClassifier(HierarchicalConfig(train.vocab_size, train.num_classes))
-    train_classifier(model, train.tokens, train.labels, steps=300, lr=1e-2, progress=False)
-    assert evaluate_classifier(model, test.tokens, test.labels) > 0.9
+    start = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3)).state_dict()
+    first = {}
+    for penalty in (0.0, 2.5):
+        model = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3))
+        model.load_state_dict(start)
+        history = train_classifier(model, task.tokens, task.labels, steps=1, batch_size=48, penalty=penalty,
+                                   progress=False)  # one batch of all 48: the first loss is of the start weights
+        first[penalty] = history.loss[0]
+    model.load_state_dict(start)
     with torch.no_grad():
-        _, _, sentences = model(test.tokens)
-    assert float((sentences.argmax(-1) == test.key_sentence).float().mean()) > 0.9
+        _, A = model(task.tokens)
+    assert first[2.5] - first[0.0] == pytest.approx(2.5 * float(frobenius_penalty(A).mean()), rel=1e-4)
+
+
+def test_the_penalty_pulls_the_hops_apart():
+    task = make_evidence_task(256, 8, seed=0)
+    torch.manual_seed(0)
+    start = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3)).state_dict()
+    after = {}
+    for penalty in (0.0, 1.0):
+        model = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3))
+        model.load_state_dict(start)
+        train_classifier(model, task.tokens, task.labels, steps=30, lr=1e-2, penalty=penalty, progress=False)
+        with torch.no_grad():
+            _, A = model(task.tokens)
+        after[penalty] = (float(frobenius_penalty(A).mean()), float(hop_overlap(A).mean()))
+    assert after[1.0][0] < after[0.0][0] / 2 and after[1.0][1] < after[0.0][1], after
+
+
+def test_train_classifier_trains_the_hierarchical_model_and_evaluates_it_exactly():
+    task = make_document_task(96, 3, 4, seed=0)
+    torch.manual_seed(0)
+    model = HierarchicalClassifier(HierarchicalConfig(task.vocab_size, task.num_classes))
+    history = train_classifier(model, task.tokens, task.labels, steps=12, batch_size=32, lr=1e-2,
+                               eval_data=(task.tokens, task.labels), eval_every=6, progress=False)
+    assert len(history.loss) == 12 and history.eval_steps == [6, 12]
+    assert sum(history.loss[-3:]) < sum(history.loss[:3]), history.loss
+    with torch.no_grad():
+        right = int((model.eval()(task.tokens)[0].argmax(-1) == task.labels).sum())
+    assert history.evals[-1] == evaluate_classifier(model, task.tokens, task.labels, batch_size=7) == right / 96
 
 
 def test_train_classifier_errors():

@@ -86,19 +86,16 @@ def test_tagger_errors_name_the_argument():
         evaluate_tagger(torch.nn.Linear(2, 2), *make_neighbour_task(4, 3))
 
 
-def test_positions_let_the_tagger_learn_neighbours_and_a_bag_cannot():
-    train = make_neighbour_task(4000, 8, seed=0)
-    test = make_neighbour_task(500, 8, seed=1)
-    accuracy = {}
-    for positions in ("learned", "none"):
-        attnlab.set_seed(0)
-        model = SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, positions=positions))
-        history = train_tagger(model, *train, steps=400, eval_data=test, eval_every=200, progress=False)
-        assert history.eval_steps == [200, 400] and len(history.loss) == 400
-        accuracy[positions] = history.evals[-1]
-        with torch.no_grad():  # the history's last evaluation is the final model's accuracy
-            right = (model.eval()(test[0])[0].argmax(-1) == test[1]).sum().item()
-        assert accuracy[positions] == right / test[1].numel()
-        assert evaluate_tagger(model, *test, batch_size=7) == accuracy[positions]  # batches add up
-    assert accuracy["learned"] > 0.95
-    assert accuracy["none"] < 0.4
+def test_train_tagger_records_its_evaluations_and_they_are_of_the_model():
+    """The training loop's evaluations on a tiny case; that positions let the tagger learn the
+    neighbour task and a bag of tokens cannot is asserted where chapter 5 trains them, under nbval."""
+    train = make_neighbour_task(128, 8, seed=0)
+    test = make_neighbour_task(40, 8, seed=1)
+    attnlab.set_seed(0)
+    model = SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, positions="learned"))
+    history = train_tagger(model, *train, steps=6, batch_size=32, eval_data=test, eval_every=3, progress=False)
+    assert history.eval_steps == [3, 6] and len(history.loss) == 6
+    with torch.no_grad():  # the history's last evaluation is the final model's accuracy
+        right = (model.eval()(test[0])[0].argmax(-1) == test[1]).sum().item()
+    assert history.evals[-1] == right / test[1].numel()
+    assert evaluate_tagger(model, *test, batch_size=7) == history.evals[-1]  # batches add up
