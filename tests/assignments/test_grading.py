@@ -259,7 +259,11 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     environment, _ = _grader_environment(dest)
     pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
     packages = [p.replace(build.GRADER_FILES, str(source / "files")) for p in pip if not p.startswith("--")]
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+    # Without PYTHONDONTWRITEBYTECODE (where it is set): the packages install without .pyc files
+    # (--no-compile), and each process would compile all it imports again (otter in the grading
+    # process and again in its kernel; torch in both kernels).
+    leaks = {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in leaks}
     env.update(PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off", JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     venv = tmp_path / "venv"

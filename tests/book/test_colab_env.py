@@ -45,7 +45,11 @@ KERNEL = "attnlab-colab-env"
 
 def _env() -> dict[str, str]:
     """The caller's environment without what would leak the book's own environment in."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    # PYTHONDONTWRITEBYTECODE too: torch is installed without .pyc files (--no-compile, below), so
+    # that the first import compiles only what it uses; where the variable is set, every later
+    # start compiled all of it again (import torch: 3.7 s, against 1.7 s from the written files).
+    leaks = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in leaks}
     env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
     return env
 
