@@ -129,6 +129,22 @@ def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
     return path
 
 
+# The assignments whose notebook trains a model (for about a minute, on one thread, for the fifth).
+TRAINING = {source.stem for source in build.sources() if "train_seq2seq(" in source.read_text(encoding="utf-8")}
+
+
+def _expected_cost(key: str, name: str, wrong: dict | None) -> int:
+    """A rank of how long a grade takes: 2 when it runs a training in full (the reference of an
+    assignment that trains, or a wrong solution that leaves its training as it is), 1 for the other
+    grades of such an assignment (a whole notebook, evaluations included), 0 for the rest."""
+    if name not in TRAINING:
+        return 0
+    if key.startswith("reference/"):
+        return 2
+    cuts = wrong is not None and any("steps=" in edit["replace"] for edit in wrong.get("edits", [wrong]))
+    return 2 if key.startswith("wrong/") and not cuts else 1
+
+
 @pytest.fixture(scope="session")
 def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     """Every submission the tests below judge, graded once: ``reference/<name>``,
@@ -147,8 +163,9 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
         else:
             jobs[f"wrong/{_wrong_id(wrong)}"] = (dest, notebook)
     n, env = build.workers()
-    # the slowest first (assignment 2 trains a model), so that the pool does not end on one of them
-    order = sorted(jobs, key=lambda key: "a2_" not in key + str(jobs[key][0]))
+    # the longest first, so that the pool does not end on one of them while the other process waits
+    wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG}
+    order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
     # spawned, not forked: this process may hold PyTorch's threads (other tests ran in it)
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_start_worker, initargs=(env,)) as pool:
