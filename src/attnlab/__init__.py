@@ -4,12 +4,13 @@ Chapters import from here instead of redefining library code. Each public object
 its docstring which chapter introduces it.
 """
 
+from typing import TYPE_CHECKING
+
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 from attnlab.listings import listing
 from attnlab.prose import glue
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
-from typing import TYPE_CHECKING
 
 # Subpackages and modules a chapter imports by name: attnlab.data, attnlab.models, attnlab.train.
 from attnlab import data, models, train  # noqa: E402  (after the names they depend on)
@@ -33,23 +34,22 @@ __all__ = [
 ]
 
 
-_LAZY = {"figure_grid": "attnlab.viz", "figure_slider": "attnlab.viz", "plot_attention": "attnlab.viz"}
+_PLOTTING = ("figure_grid", "figure_slider", "plot_attention")  # from attnlab.viz
 
 
 def __getattr__(name: str):
     """The plotting helpers, imported when first asked for: code that never plots (the graders,
     a training script) does not pay for importing matplotlib and ipywidgets."""
-    if name in _LAZY:
-        import importlib
+    if name in _PLOTTING:
+        from attnlab import viz
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
+        globals()[name] = value = getattr(viz, name)
         return value
     raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_PLOTTING))
 
 
 def _installed_version() -> str:

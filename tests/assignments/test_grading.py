@@ -141,8 +141,9 @@ def _expected_cost(key: str, name: str, wrong: dict | None) -> int:
         return 0
     if key.startswith("reference/"):
         return 2
-    cuts = wrong is not None and any("steps=" in edit["replace"] for edit in wrong.get("edits", [wrong]))
-    return 2 if key.startswith("wrong/") and not cuts else 1
+    if wrong is None:  # the untouched student version
+        return 1
+    return 1 if any("steps=" in edit["replace"] for edit in wrong.get("edits", [wrong])) else 2
 
 
 @pytest.fixture(scope="session")

@@ -108,32 +108,37 @@ def test_hierarchical_classifier_shapes_and_padding():
 # How well the two models learn (the structured one with and without the penalty, the
 # hierarchical one finding the key sentence) is asserted where chapter 4.2 trains them, under
 # nbval; the tests here check the training code on tiny cases.
-def test_train_classifier_adds_the_penalty_times_the_hops_mean_frobenius_penalty_to_the_loss():
-    task = make_evidence_task(48, 8, seed=0)
+def _trained_from_one_start(task, penalties, **train):
+    """{penalty: the StructuredClassifier (3 hops) trained with it, and its history}: each from the
+    same initial weights, so that the penalty is the only difference."""
     torch.manual_seed(0)
     start = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3)).state_dict()
-    first = {}
-    for penalty in (0.0, 2.5):
+    runs = {}
+    for penalty in penalties:
         model = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3))
         model.load_state_dict(start)
-        history = train_classifier(model, task.tokens, task.labels, steps=1, batch_size=48, penalty=penalty,
-                                   progress=False)  # one batch of all 48: the first loss is of the start weights
-        first[penalty] = history.loss[0]
+        runs[penalty] = model, train_classifier(model, task.tokens, task.labels, penalty=penalty, progress=False,
+                                                **train)
+    return start, runs
+
+
+def test_train_classifier_adds_the_penalty_times_the_hops_mean_frobenius_penalty_to_the_loss():
+    task = make_evidence_task(48, 8, seed=0)
+    # one batch of all 48: the first loss is of the start weights
+    start, runs = _trained_from_one_start(task, (0.0, 2.5), steps=1, batch_size=48)
+    model = runs[0.0][0]
     model.load_state_dict(start)
     with torch.no_grad():
         _, A = model(task.tokens)
-    assert first[2.5] - first[0.0] == pytest.approx(2.5 * float(frobenius_penalty(A).mean()), rel=1e-4)
+    added = runs[2.5][1].loss[0] - runs[0.0][1].loss[0]
+    assert added == pytest.approx(2.5 * float(frobenius_penalty(A).mean()), rel=1e-4)
 
 
 def test_the_penalty_pulls_the_hops_apart():
     task = make_evidence_task(256, 8, seed=0)
-    torch.manual_seed(0)
-    start = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3)).state_dict()
+    _, runs = _trained_from_one_start(task, (0.0, 1.0), steps=30, lr=1e-2)
     after = {}
-    for penalty in (0.0, 1.0):
-        model = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3))
-        model.load_state_dict(start)
-        train_classifier(model, task.tokens, task.labels, steps=30, lr=1e-2, penalty=penalty, progress=False)
+    for penalty, (model, _) in runs.items():
         with torch.no_grad():
             _, A = model(task.tokens)
         after[penalty] = (float(frobenius_penalty(A).mean()), float(hop_overlap(A).mean()))
