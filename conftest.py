@@ -12,10 +12,17 @@ A kernel that dies while it starts is started again, up to KERNEL_STARTS times i
 test` runs two chapters at once, and two kernels that start at the same moment can die before
 they answer (seen once here: "Kernel died before replying to kernel_info", every cell of
 chapter 2 an error); a kernel that started runs its chapter as before. Each retry is printed.
+
+Run on several workers (``pytest -n N``, as `make test` does), PyTorch's OpenMP threads sleep
+while they wait (``OMP_WAIT_POLICY=PASSIVE``) unless the variable is already set: by default they
+spin on a core that another worker needs, and a direct ``pytest -n 2`` of the unit tests ran for
+ten minutes on what takes about one (README.md, "Run the tests on a quiet machine"). The workers, and the kernels
+they start, inherit it. One process (no ``-n``) keeps OpenMP's default.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 try:
@@ -23,6 +30,11 @@ try:
     from nbval.plugin import IPyNbCell
 except ImportError:  # nbval is a test dependency; without it there is nothing to configure
     IPyNbCell = None
+
+def pytest_configure(config):  # type: ignore[no-untyped-def]
+    if getattr(config.option, "numprocesses", None) and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # before xdist starts its workers
+
 
 OUTPUT_TIMEOUT = 60
 KERNEL_STARTS = 3

@@ -5,7 +5,8 @@
 and in portable mode (`pytest --nbval-lax`: every cell runs and must not raise, only cells tagged
 `nbval-check-output` are compared) anywhere else; scripts/nbval_mode.py chooses. These tests run
 the same commands on copies of a small fixture notebook and of a real chapter, with and without
-tampering, and check the choice of mode.
+tampering, and check the choice of mode. The last two check what the runs on several workers
+rely on: the root conftest.py's OpenMP wait policy, and pytest-xdist's groups.
 """
 
 from __future__ import annotations
@@ -216,3 +217,47 @@ def test_every_chapter_compares_some_outputs_in_portable_mode():
         for cell in checked:
             assert cell.outputs, f"{path.name}: a cell tagged nbval-check-output has no output to compare"
             assert "nbval-ignore-output" not in cell.metadata.get("tags", []), path.name
+
+
+def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
+    """The root conftest.py sets OMP_WAIT_POLICY=PASSIVE for a run on several workers (`pytest -n
+    2`) where the variable is not set, before xdist starts them: the workers have it. One process
+    keeps OpenMP's default, and a policy already set is kept."""
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")  # as when running from the repository
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "test_policy.py").write_text(
+        "import os\n\n\ndef test_policy():\n"
+        f"    open({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset'))\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "OMP_WAIT_POLICY"}
+    for workers, preset, expected in [(["-n", "2"], None, "PASSIVE"), ([], None, "unset"),
+                                      (["-n", "2"], "ACTIVE", "ACTIVE")]:
+        env = clean if preset is None else {**clean, "OMP_WAIT_POLICY": preset}
+        result = subprocess.run([sys.executable, "-m", "pytest", *workers, "test_policy.py", "-p", "no:cacheprovider",
+                                 "-q", "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=120, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert seen.read_text() == expected, (workers, preset, seen.read_text())
+
+
+def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
+    """`make test` runs the website's checks with `--dist loadgroup`: the diagrams' cases, and each
+    page's two browser checks, carry an xdist group so that one worker runs them in order, on one
+    loaded page (tests/site/conftest.py). pytest 9.2 with pytest-xdist 3.8 stops grouping without
+    a word (pytest-dev/pytest-xdist#1386); here, tests of one group in two files must share a
+    worker, among ungrouped tests that spread over both."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    for name in ("a", "b"):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os\n\nimport pytest\n\n\n"
+            "@pytest.mark.xdist_group('together')\n@pytest.mark.parametrize('i', range(4))\n"
+            f"def test_grouped(i):\n    open({str(seen)!r} + f'/grouped-{name}{{i}}', 'w').write("
+            "os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
+            "@pytest.mark.parametrize('i', range(4))\ndef test_alone(i):\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                             "-q", "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = {p.name: p.read_text() for p in seen.iterdir()}
+    assert len(workers) == 8 and len(set(workers.values())) == 1, f"one group ran on several workers: {workers}"

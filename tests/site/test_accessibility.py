@@ -1,7 +1,7 @@
 """Accessibility of the built website: axe-core's WCAG 2.1 A and AA rules on every page.
 
-Runs after `make book`, like tests/site/test_site.py (same local server over _build/html, same
-Chromium). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
+Runs after `make book`, like tests/site/test_site.py, on the same local server over _build/html,
+in the same Chromium and on the same loaded page (tests/site/conftest.py). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
 colour contrast differs), 1280 pixels wide, then in light mode 320 pixels wide (WCAG's reflow
 width), after the widgets have rendered; axe-core is injected and run with the tags wcag2a, wcag2aa,
 wcag21a and wcag21aa each time, and the test fails listing each violation: rule,
@@ -19,30 +19,21 @@ node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the sa
 from __future__ import annotations
 
 import functools
-import http.server
 import json
 import os
 import re
-import shutil
-import threading
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [  # as in test_site.py
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 WIDE, NARROW = {"width": 1280, "height": 900}, {"width": 320, "height": 900}
 # Both colour modes (contrast differs), then the light one 320 CSS pixels wide: the width at which
 # WCAG 1.4.10 (reflow) asks that nothing need scrolling sideways (a 1280-pixel screen zoomed to
 # 400 %), where the theme's narrow layout shows and rows of widgets would scroll out of reach.
 SCANS = [(WIDE, "dark"), (WIDE, "light"), (NARROW, "light")]
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _pages() -> list[str]:
@@ -75,58 +66,6 @@ def _axe_source() -> str:
     found = re.search(r"axe v([0-9][0-9.]*)", source[:500])
     assert found and found.group(1) == pinned, f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
     return source
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def server():
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
-
-
-def _open(browser, server: str, page_path: str):
-    """The page, with math typeset and every stored widget rendered."""
-    context = browser.new_context(viewport=WIDE)
-    page = context.new_page()
-    page.goto(server + page_path, wait_until="load")
-    page.wait_for_load_state("networkidle")
-    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
-        page.evaluate("() => window.MathJax.startup.promise")
-    views = page.locator(f'script[type="{WIDGET_VIEW}"]').count()
-    if views:
-        # The widget manager puts each view into a div.widget-subarea before its <script>.
-        page.wait_for_function(
-            f"""() => {{
-                const tags = document.querySelectorAll('script[type="{WIDGET_VIEW}"]');
-                return Array.from(tags).every(t => {{
-                    const area = t.previousElementSibling;
-                    return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
-                }});
-            }}""",
-            timeout=20000,
-        )
-        page.wait_for_timeout(300)  # let the last images and labels settle
-    return page
 
 
 def _set_mode(page, page_path: str, mode: str) -> None:
@@ -222,12 +161,18 @@ def _slider_problems(page) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("page_path", PAGES)
-def test_page_is_accessible(browser, server, page_path):
-    page = _open(browser, server, page_path)
-    report = []
+# Each page's two browser checks (this one and test_site.py's) on one worker, one after the other:
+# the second reuses the page the first loaded (tests/site/conftest.py).
+PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p in PAGES]
+
+
+@pytest.mark.parametrize("page_path", PAGE_PARAMS)
+def test_page_is_accessible(opened, page_path):
+    page, problems = opened.get(page_path)
+    report = [p for p in problems if p.startswith("the stored widgets")]  # the scans need them drawn
     try:
-        page.add_script_tag(content=_axe_source())
+        if not page.evaluate("() => !!window.axe"):  # injected once per page load
+            page.add_script_tag(content=_axe_source())
         for viewport, mode in SCANS:
             if page.viewport_size != viewport:
                 _resize(page, viewport)
@@ -239,8 +184,9 @@ def test_page_is_accessible(browser, server, page_path):
         _resize(page, WIDE)
         images = _images_without_alt(page)
         sliders = _slider_problems(page)
-    finally:
-        page.context.close()
+    except BaseException:
+        opened.discard()  # the next check of this page starts from a fresh load
+        raise
     if images:
         report.append("images without a real alternative text:\n  " + "\n  ".join(images))
     if sliders:

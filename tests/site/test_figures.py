@@ -11,10 +11,6 @@ page is loaded once for each width, in light mode; the dark mode is then switche
 
 from __future__ import annotations
 
-import functools
-import http.server
-import shutil
-import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -29,12 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots" / "figures"
 FIGURES = ROOT / "book" / "figures"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# The launch flags of tests/site/test_site.py.
-LAUNCH_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 WIDTHS = {"desktop": 1280, "phone": 390}
 HEIGHT = 1500  # tall enough that the tallest figure and its caption fit in the window, at both widths
 THEMES = ("light", "dark")
@@ -67,34 +57,6 @@ CASES = [(page, theme, width) for page in PAGES for width in WIDTHS for theme in
 def _smallest_font(name: str) -> float:
     root = ET.parse(FIGURES / f"{name}.svg").getroot()
     return min(float(e.get("font-size")) for e in root.iter() if e.get("font-size") is not None)
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest's output readable
-        pass
-
-
-@pytest.fixture(scope="module")
-def server():
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 def test_the_site_shows_every_diagram():
@@ -189,6 +151,7 @@ def test_diagrams_load_fit_and_read_in_every_mode(open_page, page_path, theme, w
             box = figure.evaluate("f => { scrollTo(0, f.getBoundingClientRect().top + scrollY - 100);"
                                   " const r = f.getBoundingClientRect();"
                                   " return {x: r.left, y: r.top, width: r.width, height: r.height, top: scrollY}; }")
+            SHOTS.mkdir(parents=True, exist_ok=True)
             shot = SHOTS / f"{name}-{theme}-{width}.png"
             if box["y"] + box["height"] <= HEIGHT:
                 page.screenshot(path=str(shot), clip={k: box[k] for k in ("x", "y", "width", "height")})

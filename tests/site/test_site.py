@@ -4,16 +4,14 @@ Runs after `make book` (the `make test` target builds first). For every page it 
 that does not load, a failed request or a request that leaves the site (the site must work
 offline), a console error, math that MathJax did not typeset, widgets that did not render, a
 chapter page without its Colab launch link, and a broken internal link. A full-page screenshot
-of each page is saved under _build/screenshots/ for a person to look at.
+of each page is saved under _build/screenshots/ for a person to look at. The local server, the
+browser and the opened page come from tests/site/conftest.py.
 """
 
 from __future__ import annotations
 
 import functools
-import http.server
 import re
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
@@ -24,11 +22,6 @@ from bs4 import BeautifulSoup
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -46,64 +39,15 @@ REPO_URL = _REPOSITORY["url"].rstrip("/")
 RELEASE = _REPOSITORY["branch"]  # the release tag the Colab links open (tests/book/test_release.py)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest's output readable
-        pass
+# Each page's two browser checks (this one and test_accessibility.py's) on one worker, one after the
+# other: the second reuses the page the first loaded (tests/site/conftest.py).
+PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p in PAGES]
 
 
-@pytest.fixture(scope="module")
-def server():
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: `make browser` installs Debian's chromium")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
-
-
-def _open(browser, server: str, page_path: str):
-    """Load a page, wait for MathJax and the widgets, and return (page, problems)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text}"))
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
-    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
-
-    def offline_only(route):
-        if route.request.url.startswith(server) or route.request.url.startswith("data:"):
-            route.continue_()
-        else:
-            problems.append(f"request leaves the site: {route.request.url}")
-            route.abort()
-
-    page.route("**/*", offline_only)
-    response = page.goto(server + page_path, wait_until="load")
-    if response is None or not response.ok:
-        problems.append(f"page did not load: {page_path}")
-    page.wait_for_load_state("networkidle")
-    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
-        page.evaluate("() => window.MathJax.startup.promise")
-    return page, problems
-
-
-@pytest.mark.parametrize("page_path", PAGES)
-def test_page_renders_offline(browser, server, page_path):
-    page, problems = _open(browser, server, page_path)
+@pytest.mark.parametrize("page_path", PAGE_PARAMS)
+def test_page_renders_offline(opened, page_path):
+    page, problems = opened.get(page_path)
+    problems = problems[:]  # what went wrong while it loaded, and since (the other check's use)
     try:
         # Math: every formula on the page is typeset, without errors.
         n_math = page.locator(".math").count()
@@ -116,14 +60,9 @@ def test_page_renders_offline(browser, server, page_path):
         # Widgets: every stored widget view is replaced by a rendered widget.
         n_views = page.locator(f'script[type="{WIDGET_VIEW}"]').count()
         if n_views:
-            try:
-                page.wait_for_selector(".widget-slider, .jupyter-widgets .widget-inline-hbox", timeout=15000)
-            except Exception:
-                problems.append(f"{n_views} widget(s) stored but none rendered")
-            else:
-                rendered = page.locator(".jupyter-widgets.widget-interact, .widget-vbox, .widget-hbox").count()
-                if rendered < n_views:
-                    problems.append(f"{n_views} widget views stored, {rendered} rendered")
+            rendered = page.locator(".jupyter-widgets.widget-interact, .widget-vbox, .widget-hbox").count()
+            if rendered < n_views:
+                problems.append(f"{n_views} widget views stored, {rendered} rendered")
         # Sliders over pre-rendered figures (attnlab.figure_slider, figure_grid) work with no
         # kernel: moving each slider with the keyboard changes its readout and the picture shown.
         sliders = page.locator(".widget-vbox:has(.noUi-handle):has(img.widget-image)")
@@ -150,9 +89,13 @@ def test_page_renders_offline(browser, server, page_path):
             repo_path = urlparse(REPO_URL).path.strip("/")
             if not any(repo_path in h and f"/blob/{RELEASE}/" in h and h.endswith(notebook) for h in hrefs):
                 problems.append(f"no Colab link to {repo_path}/blob/{RELEASE}/.../{notebook}: found {hrefs}")
-        page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
-    finally:
-        page.context.close()
+        # JPEG: encoding a whole chapter as PNG took 2.2-4 s of Chromium's time, as JPEG 1.6-2.3 s
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".jpg")),
+                        full_page=True, type="jpeg", quality=85)
+    except BaseException:
+        opened.discard()  # the next check of this page starts from a fresh load
+        raise
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
