@@ -1,5 +1,5 @@
 """What the website's checks share: one local server over _build/html and one Chromium per worker,
-and the chapter page that the last check opened.
+and the page that the last check opened.
 
 Two checks read every page: test_site.py's (it loads, offline, with math and widgets) and
 test_accessibility.py's (axe-core's scans). Each page is loaded for the first of them and kept
