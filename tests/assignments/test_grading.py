@@ -9,9 +9,15 @@ the zip alone grades a reference and a wrong submission. Every submission is gra
 session fixture, two at a time (one grading process per core, ``build.workers``). Each process
 imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
 the 55 grades do not each pay for starting Python and importing otter: 329 s with one
-``otter run`` process per submission, 232 s this way, on one 2-core machine. Each test then
-checks its own grade. Assignments 2 and 5 train a model (their wrong solutions of the other
-questions cut the training to one step).
+``otter run`` process per submission, 232 s this way, on one 2-core machine. Each submission's
+kernel, too, is a process of its own that runs the notebook from its first line, but it is forked
+from a server that has imported ipykernel, PyTorch, otter and the book's package once
+(kernel_server.py; test_kernel_server.py checks that such a kernel sees what a usual one sees):
+the fixture alone took 260 s with usual kernels, 167 s with forked ones, on another 2-core
+machine, and the 55 results.json files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual
+kernels; the test of the grading environment built from the zip alone always does (otter's own
+command, a kernel of that environment). Each test then checks its own grade. Assignments 2 and 5
+train a model (their wrong solutions of the other questions cut the training to one step).
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "assignments"))
 import build  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_server  # noqa: E402
 
 WRONG = yaml.safe_load((ROOT / "assignments" / "wrong_solutions.yml").read_text(encoding="utf-8"))
 NAMES = [p.stem for p in build.sources()]
@@ -168,8 +177,8 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG}
     order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
     # spawned, not forked: this process may hold PyTorch's threads (other tests ran in it)
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker, initargs=(env,)) as pool:
+    with kernel_server.running(env) as env, ProcessPoolExecutor(
+            n, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(env,)) as pool:
         futures = {key: grade(pool, *jobs[key], root / f"run-{i}") for i, key in enumerate(order)}
         for i, key in enumerate(order):
             failed = futures[key].result()

@@ -1,0 +1,154 @@
+"""The grading tests' forked kernels (kernel_server.py) behave as the kernels they replace: what a
+submission's code sees (working directory, ``sys.path``, environment, PyTorch's threads, its
+printed output) is what it sees in a kernel started as usual, each kernel's random state is its
+own, an interrupt reaches the running cell, and a kernel whose launcher is killed (jupyter_client's
+immediate shutdown) does not outlive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_server  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the kernel server needs Linux")
+
+PROBE = """
+import json, os, sys, random, logging
+import numpy, torch
+print(json.dumps({"cwd": os.getcwd(), "path": sys.path, "mark": os.environ.get("ATTNLAB_PROBE"),
+                  "threads": torch.get_num_threads(), "name": __name__, "argv0": os.path.basename(sys.argv[0]),
+                  "random": random.random(), "numpy": float(numpy.random.rand()), "torch": float(torch.rand(1)),
+                  "pid": os.getpid()}))
+import otter.check.notebook  # noqa: F401 (its loggers write to the streams they found at import)
+for name in ("attnlab-probe", "otter.check", "torch"):
+    logging.getLogger(name).warning("logged by %s", name)
+"""
+
+
+def _start(env: dict[str, str], cwd: Path):
+    from jupyter_client import KernelManager
+
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(cwd), env=env)
+    client = manager.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    return manager, client
+
+
+def _run(client, code: str, timeout: float = 60) -> tuple[dict, list[dict]]:
+    outputs: list[dict] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] in ("stream", "error"):
+            outputs.append(msg["content"])
+
+    reply = client.execute_interactive(code, output_hook=hook, timeout=timeout)
+    return reply["content"], outputs
+
+
+def _probe(client) -> tuple[dict, str]:
+    reply, outputs = _run(client, PROBE)
+    assert reply["status"] == "ok", reply
+    stdout = "".join(o["text"] for o in outputs if o.get("name") == "stdout")
+    stderr = "".join(o["text"] for o in outputs if o.get("name") == "stderr")
+    return json.loads(stdout), stderr
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """(the environment for a forked kernel, the one for a usual kernel, a working directory)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATTNLAB_PROBE": "seen"}
+    env.pop("JUPYTER_PATH", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    with kernel_server.running(env) as forked_env:
+        # jupyter_client looks kernel specs up in this process's JUPYTER_PATH
+        monkeypatch.setenv("JUPYTER_PATH", forked_env["JUPYTER_PATH"])
+        yield forked_env, env, work
+
+
+def test_a_forked_kernel_sees_what_a_usual_kernel_sees(kernels, monkeypatch):
+    forked_env, env, work = kernels
+    seen = {}
+    for kind in ("usual", "forked", "forked again"):
+        if kind == "usual":
+            monkeypatch.delenv("JUPYTER_PATH")
+        else:
+            monkeypatch.setenv("JUPYTER_PATH", forked_env["JUPYTER_PATH"])
+        manager, client = _start(forked_env if kind != "usual" else env, work)
+        try:
+            seen[kind] = _probe(client)
+            launcher = manager.provisioner.process.pid
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=False)
+        kernel = seen[kind][0]["pid"]
+        assert (kernel == launcher) == (kind == "usual"), (
+            f"{kind}: the kernel runs in pid {kernel}, launched as {launcher}")
+        assert _gone(kernel, 10), f"{kind}: the kernel outlived its shutdown"
+    usual, usual_log = seen["usual"]
+    for kind in ("forked", "forked again"):
+        probe, log = seen[kind]
+        for key in ("cwd", "path", "mark", "threads", "name", "argv0"):
+            assert probe[key] == usual[key], f"{kind} kernel: {key} is {probe[key]!r}, in a usual kernel {usual[key]!r}"
+        same = re.sub(r"\d+", "N", log) == re.sub(r"\d+", "N", usual_log)  # torch's lines give a time and pid
+        assert same, f"{kind} kernel: its logging printed {log!r}, a usual kernel's {usual_log!r}"
+    assert all(f"logged by {name}" in usual_log for name in ("attnlab-probe", "otter.check", "torch")), usual_log
+    assert usual["cwd"] == str(work) and usual["mark"] == "seen" and usual["threads"] == 1, usual
+    for key in ("random", "numpy", "torch"):  # drawn afresh in each kernel, as in each new process
+        assert seen["forked"][0][key] != seen["forked again"][0][key], f"two forked kernels drew the same {key}"
+
+
+def test_an_interrupt_reaches_the_running_cell(kernels):
+    forked_env, _, work = kernels
+    manager, client = _start(forked_env, work)
+    try:
+        msg_id = client.execute("import time\nfor _ in range(600): time.sleep(0.1)")
+        time.sleep(1)
+        started = time.monotonic()
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        content = reply["content"]
+        assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
+        assert time.monotonic() - started < 10
+        reply, outputs = _run(client, "print(6 * 7)")  # and the kernel goes on
+        assert reply["status"] == "ok" and "42" in "".join(o.get("text", "") for o in outputs), outputs
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_a_kernel_whose_launcher_is_killed_ends_too(kernels):
+    forked_env, _, work = kernels
+    manager, client = _start(forked_env, work)
+    try:
+        kernel = _probe(client)[0]["pid"]
+        launcher = manager.provisioner.process.pid
+        assert kernel != launcher
+        os.kill(launcher, signal.SIGKILL)  # what shutdown_kernel(now=True) does to the process it started
+        assert _gone(kernel, 10), "the kernel outlived its launcher"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
