@@ -144,15 +144,19 @@ TRAINING = {source.stem for source in build.sources() if "train_seq2seq(" in sou
 
 def _expected_cost(key: str, name: str, wrong: dict | None) -> int:
     """A rank of how long a grade takes: 2 when it runs a training in full (the reference of an
-    assignment that trains, or a wrong solution that leaves its training as it is), 1 for the other
-    grades of such an assignment (a whole notebook, evaluations included), 0 for the rest."""
+    assignment that trains, or a wrong solution that leaves its training as it is) or waits for
+    the grader's time guard (a wrong solution that sleeps), 1 for the other grades of an assignment
+    that trains (a whole notebook, evaluations included), 0 for the rest."""
+    edits = [] if wrong is None else wrong.get("edits", [wrong])
+    if any("time.sleep(" in edit["replace"] for edit in edits):
+        return 2
     if name not in TRAINING:
         return 0
     if key.startswith("reference/"):
         return 2
     if wrong is None:  # the untouched student version
         return 1
-    return 1 if any("steps=" in edit["replace"] for edit in wrong.get("edits", [wrong])) else 2
+    return 1 if any("steps=" in edit["replace"] for edit in edits) else 2
 
 
 @pytest.fixture(scope="session")
