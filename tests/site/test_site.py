@@ -91,6 +91,7 @@ def test_page_renders_offline(opened, page_path):
                 problems.append(f"no Colab link to {repo_path}/blob/{RELEASE}/.../{notebook}: found {hrefs}")
         # JPEG: encoding a whole chapter as PNG took 2.2-4 s of Chromium's time, as JPEG 1.6-2.3 s
         SHOTS.mkdir(parents=True, exist_ok=True)
+        page.evaluate("() => window.scrollTo(0, 0)")  # scrolled by the sliders' focus, the sidebars came out blank
         page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".jpg")),
                         full_page=True, type="jpeg", quality=85)
     except BaseException:
