@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_server  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the kernel server needs Linux")
+pytestmark = pytest.mark.skipif(not kernel_server.AVAILABLE, reason="the kernel server needs Linux")
 
 PROBE = """
 import json, os, sys, random, logging
