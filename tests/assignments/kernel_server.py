@@ -25,7 +25,14 @@ How a kernel starts (Linux only: ``os.pidfd_open``, ``socket.send_fds``):
 launcher; with ``JUPYTER_PATH`` set to that folder, jupyter_client (and so otter, which asks for
 ``python3``) finds it before the environment's own. The server must be started with the
 environment that the grading kernels are to inherit (one thread each: OMP_NUM_THREADS=1), so
-that importing PyTorch leaves it with one thread, which ``fork`` needs.
+that importing PyTorch leaves it with one thread, which ``fork`` needs. ``running(env)`` does
+all of this for the length of a ``with`` block (the grading fixture uses it).
+
+Measured on one 2-core machine: the grading fixture alone, 260 s with usual kernels and 167 s
+with forked ones, and the 55 results.json files it wrote were the same. Where the time went
+then: almost all of a grade is its notebook's cells running in the kernel (a profile of one
+grade of assignment 5: 3.5 s of 4.0 s waiting on the kernel), and two grades of assignment 5
+train for its full 800 steps (about a minute each, on one thread).
 """
 
 from __future__ import annotations
