@@ -23,7 +23,7 @@ from attnlab.models import LuongDecoder, Seq2Seq, Seq2SeqConfig, Transformer, Tr
 from attnlab.train import evaluate_seq2seq, train_seq2seq
 
 QUALITY, EVERY, BATCH = 0.995, 25, 128
-QUICK_STEPS = 50  # --quick: each recipe 50 steps, evaluated once, after the last (a smoke test)
+QUICK_STEPS = 5  # --quick: each recipe 5 steps, evaluated once, after the last (a smoke test)
 
 
 def every(quick: bool) -> int:
