@@ -50,6 +50,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+PARENT_CHECK_S = 2.0  # how often an idle server checks that the process that started it is there
 AVAILABLE = hasattr(os, "pidfd_open") and hasattr(socket, "send_fds") and hasattr(os, "fork")
 PRELOAD = ("ipykernel.kernelapp", "torch", "otter", "otter.check.notebook", "attnlab")
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -208,9 +209,11 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
 
 
 def serve(socket_path: str) -> None:
-    """The server: import PRELOAD, then fork a kernel for each request until terminated."""
+    """The server: import PRELOAD, then fork a kernel for each request until terminated, or until
+    the process that started it has gone (a test run killed before it could stop the server)."""
     import importlib
 
+    parent = os.getppid()
     for name in PRELOAD:
         importlib.import_module(name)
     assert len(os.listdir("/proc/self/task")) == 1, "the server must have one thread to fork (OMP_NUM_THREADS=1)"
@@ -220,8 +223,15 @@ def serve(socket_path: str) -> None:
         listener.bind(socket_path + ".tmp")
         listener.listen(16)
         os.replace(socket_path + ".tmp", socket_path)  # there once it listens
+        listener.settimeout(PARENT_CHECK_S)  # a timer, not a thread: fork needs the one thread alone
         while True:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                if os.getppid() != parent:  # orphaned: no one will ask again
+                    return
+                continue
+            conn.settimeout(None)
             with conn:
                 request, fds = _receive(conn)
                 pid = os.fork()

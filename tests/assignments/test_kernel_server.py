@@ -65,11 +65,15 @@ def _probe(client) -> tuple[dict, str]:
 
 
 def _gone(pid: int, within: float) -> bool:
+    """Whether process ``pid`` ends within ``within`` seconds (a zombie has ended: it waits only
+    for its parent to read its exit status)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
             return True
         time.sleep(0.05)
     return False
@@ -152,3 +156,20 @@ def test_a_kernel_whose_launcher_is_killed_ends_too(kernels):
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+def test_the_server_ends_when_the_process_that_started_it_is_gone(tmp_path):
+    """A test run killed before it could stop the server leaves no server behind."""
+    import subprocess
+
+    socket_path = tmp_path / "s.sock"
+    starter = ("import subprocess, sys, time, pathlib\n"
+               f"server = subprocess.Popen([sys.executable, {str(Path(kernel_server.__file__))!r}, 'serve', "
+               f"{str(socket_path)!r}], env={{**__import__('os').environ, 'OMP_NUM_THREADS': '1'}}, "
+               "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+               f"while not pathlib.Path({str(socket_path)!r}).exists(): time.sleep(0.05)\n"
+               "print(server.pid, flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    server = int(done.stdout.split()[-1])
+    assert _gone(server, 5 * kernel_server.PARENT_CHECK_S), "the server outlived the process that started it"
