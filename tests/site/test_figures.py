@@ -86,7 +86,7 @@ class _OpenPage:
             page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
             page.wait_for_load_state("networkidle")
             self.key, self.page = (page_path, width), page
-        else:  # the other mode, switched in place as the theme's button does (colour transitions awaited)
+        else:  # the other mode, switched in place as the theme's button does
             self.page.evaluate(
                 """async (mode) => {
                     localStorage.setItem('mode', mode);
@@ -94,7 +94,9 @@ class _OpenPage:
                     document.documentElement.dataset.mode = mode;
                     document.documentElement.dataset.theme = mode;
                     await new Promise(requestAnimationFrame);
-                    await Promise.all(document.getAnimations().map(a => a.finished));
+                    const running = document.getAnimations();  // its colour transitions, ended at once
+                    running.filter(a => a instanceof CSSTransition).forEach(a => a.finish());
+                    await Promise.all(running.map(a => a.finished));
                 }""",
                 theme,
             )
