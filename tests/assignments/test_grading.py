@@ -6,7 +6,8 @@ Grades with ``otter run`` (no Docker) against the autograder zip that ``make ass
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
 too: what it installs, and, for the first assignment, that a fresh virtual environment built from
 the zip alone grades a reference and a wrong submission. Every submission is graded once, by a
-session fixture, two at a time (one grading process per core, ``build.workers``). Each process
+session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
+sleeps until the time guard stops it runs beside them, in a process of its own). Each process
 imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
 the 55 grades do not each pay for starting Python and importing otter: 329 s with one
 ``otter run`` process per submission, 232 s this way, on one 2-core machine. Each submission's
@@ -142,14 +143,16 @@ def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
 TRAINING = {source.stem for source in build.sources() if "train_seq2seq(" in source.read_text(encoding="utf-8")}
 
 
+def _sleeps(wrong: dict | None) -> bool:
+    """Whether a wrong solution waits for the grader's time guard (it sleeps: 30 s without work)."""
+    return wrong is not None and any("time.sleep(" in edit["replace"] for edit in wrong.get("edits", [wrong]))
+
+
 def _expected_cost(key: str, name: str, wrong: dict | None) -> int:
     """A rank of how long a grade takes: 2 when it runs a training in full (the reference of an
-    assignment that trains, or a wrong solution that leaves its training as it is) or waits for
-    the grader's time guard (a wrong solution that sleeps), 1 for the other grades of an assignment
-    that trains (a whole notebook, evaluations included), 0 for the rest."""
+    assignment that trains, or a wrong solution that leaves its training as it is), 1 for the other
+    grades of an assignment that trains (a whole notebook, evaluations included), 0 for the rest."""
     edits = [] if wrong is None else wrong.get("edits", [wrong])
-    if any("time.sleep(" in edit["replace"] for edit in edits):
-        return 2
     if name not in TRAINING:
         return 0
     if key.startswith("reference/"):
@@ -180,10 +183,15 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     # the longest first, so that the pool does not end on one of them while the other process waits
     wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG}
     order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
+    # the grades that sleep until the time guard stops them get a process of their own beside the
+    # pool: they would hold one of its cores for 30 s without using it
+    sleeping = [key for key in order if _sleeps(wrong.get(key))]
     # spawned, not forked: this process may hold PyTorch's threads (other tests ran in it)
-    with kernel_server.running(env) as env, ProcessPoolExecutor(
-            n, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(env,)) as pool:
-        futures = {key: grade(pool, *jobs[key], root / f"run-{i}") for i, key in enumerate(order)}
+    spawn = dict(mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
+    with kernel_server.running(env) as env, ProcessPoolExecutor(n, initargs=(env,), **spawn) as pool, \
+            ProcessPoolExecutor(max(1, len(sleeping)), initargs=(env,), **spawn) as beside:
+        futures = {key: grade(beside if key in sleeping else pool, *jobs[key], root / f"run-{i}")
+                   for i, key in enumerate(order)}
         for i, key in enumerate(order):
             failed = futures[key].result()
             notebook = jobs[key][1].name

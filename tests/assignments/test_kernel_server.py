@@ -79,17 +79,26 @@ def _gone(pid: int, within: float) -> bool:
     return False
 
 
-@pytest.fixture
-def kernels(tmp_path, monkeypatch):
-    """(the environment for a forked kernel, the one for a usual kernel, a working directory)."""
+@pytest.fixture(scope="module")
+def server() -> tuple[dict[str, str], dict[str, str]]:
+    """One server for the tests below, as the grading has one for all its kernels (starting one
+    imports PyTorch and otter: a few seconds): (the environment for a forked kernel, the one for
+    a usual kernel)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATTNLAB_PROBE": "seen"}
     env.pop("JUPYTER_PATH", None)
+    with kernel_server.running(env) as forked_env:
+        yield forked_env, env
+
+
+@pytest.fixture
+def kernels(server, tmp_path, monkeypatch):
+    """(the environment for a forked kernel, the one for a usual kernel, a working directory)."""
+    forked_env, env = server
     work = tmp_path / "work"
     work.mkdir()
-    with kernel_server.running(env) as forked_env:
-        # jupyter_client looks kernel specs up in this process's JUPYTER_PATH
-        monkeypatch.setenv("JUPYTER_PATH", forked_env["JUPYTER_PATH"])
-        yield forked_env, env, work
+    # jupyter_client looks kernel specs up in this process's JUPYTER_PATH
+    monkeypatch.setenv("JUPYTER_PATH", forked_env["JUPYTER_PATH"])
+    return forked_env, env, work
 
 
 def test_a_forked_kernel_sees_what_a_usual_kernel_sees(kernels, monkeypatch):
