@@ -2,7 +2,7 @@
 
 Every grade in tests/assignments/test_grading.py starts a kernel, and every kernel imports the
 same modules before it runs a line of the submission: ipykernel, PyTorch, otter and the book's
-package, about 2.3 s of one core's time per kernel, for 55 grades. Here a server process imports
+package, about 2.3 s of one core's time per kernel (55 grades when this was written). Here a server process imports
 them once and forks a kernel from itself for each grade. Each kernel is still a process of its
 own, started for one grade and gone after it, running the notebook from its first line: what is
 saved is the imports' time (a module already imported is only bound again by ``import``).

@@ -9,7 +9,7 @@ the zip alone grades a reference and a wrong submission. Every submission is gra
 session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
 sleeps until the time guard stops it runs beside them, in a process of its own). Each process
 imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
-the 55 grades do not each pay for starting Python and importing otter: 329 s with one
+the grades (55 then) do not each pay for starting Python and importing otter: 329 s with one
 ``otter run`` process per submission, 232 s this way, on one 2-core machine. Each submission's
 kernel, too, is a process of its own that runs the notebook from its first line, but it is forked
 from a server that has imported ipykernel, PyTorch, otter and the book's package once
