@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
@@ -52,36 +53,94 @@ def fixture_copy(tmp_path: Path) -> Path:
     return Path(shutil.copy(FIXTURE, tmp_path / "harness.ipynb"))
 
 
-def test_untouched_fixture_passes(fixture_copy):
-    result = _nbval(fixture_copy)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
-
-
-@pytest.mark.parametrize(("cell", "old", "new"), [(1, "45", "46"), (2, "0.1429", "0.143")])
-def test_an_altered_output_fails(fixture_copy, cell, old, new):
-    _alter(fixture_copy, cell, old, new)
-    result = _nbval(fixture_copy)
-    assert result.returncode != 0, "nbval accepted a tampered output"
-    assert "1 failed" in result.stdout and "mismatch" in result.stdout.lower(), result.stdout
-
-
-def test_the_sanitizer_masks_only_volatile_text(fixture_copy):
-    _alter(fixture_copy, 0, "device: cpu", "device: cuda")  # a GPU runtime prints cuda: not a failure
-    result = _nbval(fixture_copy)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_a_tampered_chapter_fails(tmp_path):
-    chapter = Path(shutil.copy(ROOT / "chapters" / "00_preliminaries.ipynb", tmp_path / "chapter.ipynb"))
-    nb = nbformat.read(chapter, as_version=4)
+# The copies below, untouched and tampered, each in a folder of its own, are run by nbval in two
+# pytest runs (one strict, one portable) instead of one run each: starting pytest with its plugins
+# costs about 1.3 s of the 2.1 s of a run of the fixture, and each notebook still gets its own kernel.
+def _tamper_chapter(path: Path) -> None:
+    shutil.copy(ROOT / "chapters" / "00_preliminaries.ipynb", path)
+    nb = nbformat.read(path, as_version=4)
     cells = [c for c in nb.cells if c.cell_type == "code"]
     target = next(i for i, c in enumerate(cells) if c.outputs and c.outputs[0].output_type == "stream"
                   and "maximum possible entropy" in c.outputs[0].text)
-    _alter(chapter, target, "1.792", "1.800")
-    result = _nbval(chapter)
-    assert result.returncode != 0, "nbval accepted a tampered chapter"
-    assert "1 failed" in result.stdout, result.stdout[-3000:]
+    _alter(path, target, "1.792", "1.800")
+
+
+def _append_failing_claim(path: Path) -> None:
+    shutil.copy(FIXTURE, path)
+    nb = nbformat.read(path, as_version=4)
+    claim = nbformat.v4.new_code_cell("assert sum(range(10)) == 46, 'the claim no longer holds'")
+    claim.execution_count = 4
+    nb.cells.append(claim)  # untagged and without outputs: only the assertion can fail it
+    nbformat.write(nb, path)
+
+
+def _altered(cell: int, old: str, new: str):
+    def make(path: Path) -> None:
+        shutil.copy(FIXTURE, path)
+        _alter(path, cell, old, new)
+    return make
+
+
+ALTERED = [(1, "45", "46"), (2, "0.1429", "0.143")]
+CASES = {  # name -> (how its notebook is made, the modes it runs in)
+    "untouched": (lambda path: shutil.copy(FIXTURE, path), ("--nbval", "--nbval-lax")),
+    **{f"altered-{cell}": (_altered(cell, old, new), ("--nbval",)) for cell, old, new in ALTERED},
+    # a GPU runtime prints cuda: not a failure
+    "sanitized": (_altered(0, "device: cpu", "device: cuda"), ("--nbval",)),
+    "chapter": (_tamper_chapter, ("--nbval",)),
+    # cell 1 is tagged nbval-check-output; cell 2 is not: its digits may differ on another platform
+    "tagged-changed": (_altered(1, "45", "46"), ("--nbval-lax",)),
+    "digits-changed": (_altered(2, "0.1429", "0.143"), ("--nbval", "--nbval-lax")),
+    "failing-claim": (_append_failing_claim, ("--nbval-lax",)),
+}
+
+
+@pytest.fixture(scope="module")
+def harness_runs(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """(mode flag, case) -> what nbval made of that case's notebook: passed and failed cells, and
+    the text of the failures. Each mode's notebooks are collected by one pytest run."""
+    results: dict[tuple[str, str], dict] = {}
+    for flag in ("--nbval", "--nbval-lax"):
+        root = tmp_path_factory.mktemp("strict" if flag == "--nbval" else "portable")
+        notebooks = []
+        for name, (make, flags) in CASES.items():
+            if flag in flags:
+                (root / name).mkdir()
+                make(root / name / "harness.ipynb")
+                notebooks.append(f"{name}/harness.ipynb")
+        command = [sys.executable, "-m", "pytest", flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE),
+                   "-p", "no:cacheprovider", "-q", "--rootdir", str(root), "--junitxml", str(root / "results.xml")]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, env=env)
+        assert (root / "results.xml").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+        for name in (n.split("/")[0] for n in notebooks):
+            results[flag, name] = {"passed": 0, "failed": 0, "text": ""}
+        for case in ET.parse(root / "results.xml").getroot().iter("testcase"):
+            outcome = results[flag, case.get("classname", "").split(".")[0]]
+            failures = [child for child in case if child.tag in ("failure", "error")]
+            outcome["failed" if failures else "passed"] += 1
+            outcome["text"] += "".join((f.get("message") or "") + (f.text or "") for f in failures)
+    return results
+
+
+def test_untouched_fixture_passes(harness_runs):
+    assert harness_runs["--nbval", "untouched"] == {"passed": 3, "failed": 0, "text": ""}
+
+
+@pytest.mark.parametrize(("cell", "old", "new"), ALTERED)
+def test_an_altered_output_fails(harness_runs, cell, old, new):
+    result = harness_runs["--nbval", f"altered-{cell}"]
+    assert result["failed"] == 1, "nbval accepted a tampered output"
+    assert "mismatch" in result["text"].lower(), result["text"]
+
+
+def test_the_sanitizer_masks_only_volatile_text(harness_runs):
+    assert harness_runs["--nbval", "sanitized"]["failed"] == 0, harness_runs["--nbval", "sanitized"]["text"]
+
+
+def test_a_tampered_chapter_fails(harness_runs):
+    result = harness_runs["--nbval", "chapter"]
+    assert result["failed"] == 1 and result["passed"] > 10, "nbval accepted a tampered chapter"
 
 
 def test_nbval_waits_long_enough_for_a_busy_kernel(tmp_path):
@@ -134,34 +193,25 @@ def test_a_kernel_that_dies_while_starting_is_started_again(monkeypatch, capsys)
 # --- portable mode ------------------------------------------------------------------------------
 
 
-def test_portable_mode_passes_the_untouched_fixture(fixture_copy):
-    result = _nbval(fixture_copy, "--nbval-lax")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+def test_portable_mode_passes_the_untouched_fixture(harness_runs):
+    assert harness_runs["--nbval-lax", "untouched"] == {"passed": 3, "failed": 0, "text": ""}
 
 
-def test_portable_mode_fails_on_a_changed_platform_independent_output(fixture_copy):
-    _alter(fixture_copy, 1, "45", "46")  # the cell tagged nbval-check-output
-    result = _nbval(fixture_copy, "--nbval-lax")
-    assert result.returncode != 0, "portable mode accepted a changed output of a tagged cell"
-    assert "1 failed" in result.stdout and "mismatch" in result.stdout.lower(), result.stdout
+def test_portable_mode_fails_on_a_changed_platform_independent_output(harness_runs):
+    result = harness_runs["--nbval-lax", "tagged-changed"]  # the cell tagged nbval-check-output
+    assert result["failed"] == 1, "portable mode accepted a changed output of a tagged cell"
+    assert "mismatch" in result["text"].lower(), result["text"]
 
 
-def test_portable_mode_lets_platform_digits_differ(fixture_copy):
-    _alter(fixture_copy, 2, "0.1429", "0.143")  # untagged: its digits may differ on another platform
-    assert _nbval(fixture_copy, "--nbval-lax").returncode == 0
-    assert _nbval(fixture_copy, "--nbval").returncode != 0  # strict mode still compares it
+def test_portable_mode_lets_platform_digits_differ(harness_runs):
+    assert harness_runs["--nbval-lax", "digits-changed"]["failed"] == 0
+    assert harness_runs["--nbval", "digits-changed"]["failed"] == 1  # strict mode still compares it
 
 
-def test_portable_mode_fails_on_a_failing_assertion(fixture_copy):
-    nb = nbformat.read(fixture_copy, as_version=4)
-    claim = nbformat.v4.new_code_cell("assert sum(range(10)) == 46, 'the claim no longer holds'")
-    claim.execution_count = 4
-    nb.cells.append(claim)  # untagged and without outputs: only the assertion can fail it
-    nbformat.write(nb, fixture_copy)
-    result = _nbval(fixture_copy, "--nbval-lax")
-    assert result.returncode != 0, "portable mode accepted a failing assertion"
-    assert "the claim no longer holds" in result.stdout, result.stdout
+def test_portable_mode_fails_on_a_failing_assertion(harness_runs):
+    result = harness_runs["--nbval-lax", "failing-claim"]
+    assert result["failed"] == 1, "portable mode accepted a failing assertion"
+    assert "the claim no longer holds" in result["text"], result["text"]
 
 
 def _mode(env_extra: dict[str, str], notebooks: list[Path]) -> subprocess.CompletedProcess:
