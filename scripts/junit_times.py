@@ -2,7 +2,8 @@
 
 Used by scripts/test_gpu.sh to report what ran on the GPU: ``python scripts/junit_times.py FILE...``;
 and by ``make test`` with ``--folders``, which adds the time of each folder of tests (setup,
-call and teardown of every test: where the suite's minutes go).
+call and teardown of every test: where the suite's minutes go), each run's wall-clock time, and
+the part of it that the tests outside the chapters took (issue 23 asks for under 5 minutes).
 """
 
 from __future__ import annotations
@@ -43,10 +44,17 @@ def summarise(*paths: str, folders: bool = False) -> str:
         lines += [f"| everything but the chapters | {outside:.0f} |"]
         # a run with several workers (pytest -n) takes less wall-clock time than its tests add up to
         lines += ["", "| run | tests | wall-clock seconds |", "| --- | --- | --- |"]
+        share = 0.0  # the wall-clock time of the tests outside the chapters, run by run
         for path, root in zip(paths, roots):
             suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
             wall = sum(float(s.get("time", 0)) for s in suites)
             lines.append(f"| {path} | {sum(1 for _ in root.iter('testcase'))} | {wall:.0f} |")
+            times = [(c.get("classname", "").endswith(".ipynb"), float(c.get("time", 0))) for c in root.iter("testcase")]
+            total = sum(t for _, t in times)
+            share += wall * sum(t for chapter, t in times if not chapter) / total if total else 0.0
+        # in a run that interleaves chapters and other tests, each has the run's time in proportion
+        # to its tests' seconds (an estimate: the workers are taken to be busy throughout)
+        lines.append(f"| the tests outside the chapters (each run's time in proportion) | | {share:.0f} |")
     if failures:
         lines += ["", "Failed:", ""] + [f"- `{name}`" for name in failures]
     return "\n".join(lines)

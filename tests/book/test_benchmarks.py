@@ -281,3 +281,9 @@ def test_the_junit_summary_adds_up_each_folder(tmp_path):
     both = summarise(str(site), str(xml), folders=True)
     assert "tests: 1 failed, 4 passed, 1 skipped" in both and "| tests/site | 10 |" in both
     assert f"| {site} | 1 | 3 |" in both and f"| {xml} | 5 | 0 |" in both
+    # the wall-clock time of what is not a chapter: the site's run whole, and of a run that took
+    # 46 s the share of its 7.5 s of tests outside the chapters in its 22.5 s
+    timed = tmp_path / "timed.xml"
+    timed.write_text(xml.read_text().replace('<testsuite name="pytest">', '<testsuite name="pytest" time="46">'))
+    assert "| the tests outside the chapters (each run's time in proportion) | | 19 |" in summarise(
+        str(site), str(timed), folders=True)  # 3.2 + 46 * 7.5 / 22.5 = 18.5
