@@ -68,24 +68,9 @@ def _axe_source() -> str:
     return source
 
 
-def _set_mode(page, page_path: str, mode: str) -> None:
-    """Switch the colour mode as the theme's button does: pydata-sphinx-theme's colours hang on
-    <html data-theme>, its mode switcher on data-mode (one page load for both modes)."""
-    page.evaluate(
-        """async (mode) => {
-            localStorage.setItem('mode', mode);
-            localStorage.setItem('theme', mode);
-            document.documentElement.dataset.mode = mode;
-            document.documentElement.dataset.theme = mode;
-            await new Promise(requestAnimationFrame);
-            // the colour transitions it started (57 of 150 ms on a chapter, 0.4 s in all here),
-            // finished at once: each sets the colour it would have ended on
-            const running = document.getAnimations();
-            running.filter(a => a instanceof CSSTransition).forEach(a => a.finish());
-            await Promise.all(running.map(a => a.finished));
-        }""",
-        mode,
-    )
+def _set_mode(switch_mode, page, page_path: str, mode: str) -> None:
+    """Switch the colour mode (one page load for both modes), and check that the page shows it."""
+    switch_mode(page, mode)
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     dark = background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)")
     assert dark == (mode == "dark"), f"{page_path}: asked for {mode} mode, the page's background is {background}"
@@ -174,7 +159,7 @@ PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p
 
 
 @pytest.mark.parametrize("page_path", PAGE_PARAMS)
-def test_page_is_accessible(opened, page_path):
+def test_page_is_accessible(opened, switch_mode, page_path):
     page, problems = opened.get(page_path)
     report = [p for p in problems if p.startswith("the stored widgets")]  # the scans need them drawn
     try:
@@ -183,7 +168,7 @@ def test_page_is_accessible(opened, page_path):
         for viewport, mode in SCANS:
             if page.viewport_size != viewport:
                 _resize(page, viewport)
-            _set_mode(page, page_path, mode)
+            _set_mode(switch_mode, page, page_path, mode)
             violations = _violations(page)
             if violations:
                 width = "" if viewport is WIDE else f", {viewport['width']} px wide"

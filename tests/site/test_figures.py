@@ -68,8 +68,9 @@ def test_the_site_shows_every_diagram():
 class _OpenPage:
     """The page last opened, kept for the next case of the same page and width (its other mode)."""
 
-    def __init__(self, browser, server: str) -> None:
+    def __init__(self, browser, server: str, switch_mode) -> None:
         self.browser, self.server, self.key, self.page = browser, server, None, None
+        self.switch_mode = switch_mode
 
     def get(self, page_path: str, width: str, theme: str):
         if self.key != (page_path, width):
@@ -87,19 +88,7 @@ class _OpenPage:
             page.wait_for_load_state("networkidle")
             self.key, self.page = (page_path, width), page
         else:  # the other mode, switched in place as the theme's button does
-            self.page.evaluate(
-                """async (mode) => {
-                    localStorage.setItem('mode', mode);
-                    localStorage.setItem('theme', mode);
-                    document.documentElement.dataset.mode = mode;
-                    document.documentElement.dataset.theme = mode;
-                    await new Promise(requestAnimationFrame);
-                    const running = document.getAnimations();  // its colour transitions, ended at once
-                    running.filter(a => a instanceof CSSTransition).forEach(a => a.finish());
-                    await Promise.all(running.map(a => a.finished));
-                }""",
-                theme,
-            )
+            self.switch_mode(self.page, theme)
         return self.page
 
     def close(self) -> None:
@@ -109,8 +98,8 @@ class _OpenPage:
 
 
 @pytest.fixture(scope="module")
-def open_page(browser, server):
-    pages = _OpenPage(browser, server)
+def open_page(browser, server, switch_mode):
+    pages = _OpenPage(browser, server, switch_mode)
     yield pages
     pages.close()
 
