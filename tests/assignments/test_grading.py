@@ -180,6 +180,12 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
         else:
             jobs[f"wrong/{_wrong_id(wrong)}"] = (dest, notebook)
     n, env = build.workers()
+    # The grading kernels' temporary files (ipykernel writes the code of each cell there, and otter
+    # unpacks the autograder there) lie in a folder named attnlab, as a course's clone of the book
+    # named attnlab puts its .venv's PyTorch: a rules test must know the book's package by where it is
+    # installed, not by its name in a path (every reference solution would lose its rules points).
+    (root / "attnlab" / "tmp").mkdir(parents=True)
+    env = {**env, "TMPDIR": str(root / "attnlab" / "tmp")}
     # the longest first, so that the pool does not end on one of them while the other process waits
     wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG}
     order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
