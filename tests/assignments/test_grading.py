@@ -4,8 +4,10 @@ on its question with a message that teaches.
 
 Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
-too: what it installs, and, for the first assignment, that a fresh virtual environment built from
-the zip alone grades a reference and a wrong submission. Every submission is graded once, by a
+too: what it installs, and, for the third assignment, that a fresh virtual environment built from
+the zip alone (in a folder attnlab/.venv, as in a course's clone of the book) grades a reference
+and a wrong submission. The session's grades run with their temporary files in a folder named
+attnlab too: a rules test must know the book's code by where the package is installed. Every submission is graded once, by a
 session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
 sleeps until the time guard stops it runs beside them, in a process of its own). Each process
 imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
@@ -295,11 +297,13 @@ def test_the_autograder_zip_holds_its_whole_environment(built, name):
 
 
 def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, tmp_path):
-    """The first assignment's grading environment built in a fresh virtual environment from the
-    zip alone (no Docker), then a reference and a wrong submission graded with it. Two differences
-    from Gradescope, both of this machine: the zip is unpacked here instead of /autograder/source,
-    and PyTorch's CPU index is left out (the CPU wheel lies on this machine's disk)."""
-    name = "a1_three_stages"
+    """Assignment 3's grading environment built in a fresh virtual environment from the zip alone
+    (no Docker), then a reference and a wrong submission graded with it. Two differences from
+    Gradescope, both of this machine: the zip is unpacked here instead of /autograder/source, and
+    PyTorch's CPU index is left out (the CPU wheel lies on this machine's disk). The environment
+    lies in attnlab/.venv, as in a course's clone of the book: its rules tests must not take
+    PyTorch's own code (nn.Module's, under that path) for the book's."""
+    name = "a3_multihead"
     dest = built[name]
     source = tmp_path / "source"
     with zipfile.ZipFile(dest / "autograder" / f"{name}-autograder.zip") as archive:
@@ -314,7 +318,7 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     env = {k: v for k, v in os.environ.items() if k not in leaks}
     env.update(PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off", JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    venv = tmp_path / "venv"
+    venv = tmp_path / "attnlab" / ".venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", "-q", *packages],
                           capture_output=True, text=True, env=env, timeout=1200)
