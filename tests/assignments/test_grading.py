@@ -1,6 +1,7 @@
 """The autograding is real: full marks for the reference, zero for the untouched student
-version, and every plausible wrong solution in ``assignments/wrong_solutions.yml`` loses points
-on its question with a message that teaches.
+version, every plausible wrong solution in ``assignments/wrong_solutions.yml`` loses points
+on its question with a message that teaches, and every right answer written otherwise in
+``assignments/other_solutions.yml`` keeps full marks on its question.
 
 Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
@@ -48,6 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_server  # noqa: E402
 
 WRONG = yaml.safe_load((ROOT / "assignments" / "wrong_solutions.yml").read_text(encoding="utf-8"))
+# Right answers written otherwise than the reference, in the same format (the answer in place of the
+# mistake): each must keep full marks on its question, so that a test too strict for a correct
+# answer shows here and not in a course.
+OTHER = yaml.safe_load((ROOT / "assignments" / "other_solutions.yml").read_text(encoding="utf-8"))
 NAMES = [p.stem for p in build.sources()]
 
 
@@ -124,7 +129,7 @@ def public_results(work: Path) -> dict[str, str]:
 
 
 def _wrong_id(wrong: dict) -> str:
-    return f"{wrong['assignment']}-{wrong['question']}-{wrong['mistake']}"
+    return f"{wrong['assignment']}-{wrong['question']}-{wrong.get('mistake') or wrong['answer']}"
 
 
 def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
@@ -181,6 +186,13 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
             results[f"wrong/{_wrong_id(wrong)}"] = notebook
         else:
             jobs[f"wrong/{_wrong_id(wrong)}"] = (dest, notebook)
+    for i, other in enumerate(OTHER):
+        dest = built[other["assignment"]]
+        notebook = _wrong_notebook(dest, other, root / f"other-{i}.ipynb")
+        if isinstance(notebook, str):
+            results[f"other/{_wrong_id(other)}"] = notebook
+        else:
+            jobs[f"other/{_wrong_id(other)}"] = (dest, notebook)
     n, env = build.workers()
     # The grading kernels' temporary files (ipykernel writes the code of each cell there, and otter
     # unpacks the autograder there) lie in a folder named attnlab, as a course's clone of the book
@@ -189,7 +201,7 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     (root / "attnlab" / "tmp").mkdir(parents=True)
     env = {**env, "TMPDIR": str(root / "attnlab" / "tmp")}
     # the longest first, so that the pool does not end on one of them while the other process waits
-    wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG}
+    wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG} | {f"other/{_wrong_id(o)}": o for o in OTHER}
     order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
     # the grades that sleep until the time guard stops them get a process of their own beside the
     # pool: they would hold one of its cores for 30 s without using it
@@ -395,6 +407,12 @@ def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
     g = _grades(graded, f"wrong/{_wrong_id(wrong)}")[wrong["question"]]
     assert g["score"] < g["max_score"], f"{wrong['mistake']!r} kept full marks on {wrong['question']}"
     assert wrong["message"] in g["output"], f"message {wrong['message']!r} not shown; output:\n{g['output']}"
+
+
+@pytest.mark.parametrize("other", OTHER, ids=[_wrong_id(o) for o in OTHER])
+def test_another_right_answer_keeps_full_marks(graded, other):
+    g = _grades(graded, f"other/{_wrong_id(other)}")[other["question"]]
+    assert g["score"] == g["max_score"], f"{other['answer']!r} lost points on {other['question']}:\n{g['output']}"
 
 
 # Questions whose public tests cannot check values on a small case, and why (every other question's
