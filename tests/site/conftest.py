@@ -11,6 +11,11 @@ the failed requests, console errors and requests that leave the site are recorde
 first request on, and the stored widgets have rendered. A check that fails while it uses the page
 discards it (`OpenedPages.discard`), so that the next one starts from a fresh load; run alone,
 or in another order, each check opens its page itself.
+
+Screenshots go through the `screenshot` fixture: Chromium here takes 0.1 to 0.3 s for one, but once (in CI, on
+a page that had loaded and passed its checks) it never delivered the frame, and the test failed
+after 120 s. A screenshot that has not come in SHOT_TIMEOUT_MS has stalled: the `again_if_stalled`
+fixture then discards the page and runs the whole check once more on a fresh load; a second stall fails.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import functools
 import http.server
 import shutil
 import threading
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +40,7 @@ LAUNCH_ARGS = [
 VIEWPORT = {"width": 1280, "height": 900}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGETS_TIMEOUT_MS = 20_000
+SHOT_TIMEOUT_MS = 30_000  # a hundred times the slowest screenshot seen here (0.3 s)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -60,6 +68,32 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
         yield browser
         browser.close()
+
+
+class ScreenshotStalled(Exception):
+    """Chromium did not deliver a screenshot within SHOT_TIMEOUT_MS."""
+
+
+def _screenshot(page, *, stall_ms: int = SHOT_TIMEOUT_MS, **options) -> None:
+    """page.screenshot(**options), raising ScreenshotStalled if it takes longer than stall_ms."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.screenshot(timeout=stall_ms, **options)
+    except PlaywrightTimeout as error:
+        raise ScreenshotStalled(f"Chromium's screenshot of {page.url} stalled (no image after "
+                                f"{stall_ms / 1000:g} s)") from error
+
+
+def _again_if_stalled(check: Callable[[], None], discard: Callable[[], None]) -> None:
+    """check(); if one of its screenshots stalls, discard() the page and check() once more from a
+    fresh load (said as a warning in pytest's summary). A second stall fails the test."""
+    try:
+        check()
+    except ScreenshotStalled as stall:
+        discard()
+        warnings.warn(f"{stall}; checked again on a fresh load", stacklevel=2)
+        check()
 
 
 class OpenedPages:
@@ -158,3 +192,15 @@ def _switch_mode(page, mode: str) -> None:
 def switch_mode():
     """_switch_mode, for the checks that read a page in both colour modes."""
     return _switch_mode
+
+
+@pytest.fixture(scope="session")
+def screenshot():
+    """_screenshot: page.screenshot that raises ScreenshotStalled after SHOT_TIMEOUT_MS."""
+    return _screenshot
+
+
+@pytest.fixture(scope="session")
+def again_if_stalled():
+    """_again_if_stalled: a check run once more on a fresh load if a screenshot stalled."""
+    return _again_if_stalled

@@ -105,8 +105,20 @@ def open_page(browser, server, switch_mode):
 
 
 @pytest.mark.parametrize("page_path, theme, width", CASES, ids=[f"{p}-{t}-{w}" for p, t, w in CASES])
-def test_diagrams_load_fit_and_read_in_every_mode(open_page, page_path, theme, width):
+def test_diagrams_load_fit_and_read_in_every_mode(open_page, screenshot, again_if_stalled, page_path, theme, width):
     problems: list[str] = []
+
+    def check() -> None:
+        problems.clear()
+        _check_diagrams(open_page, screenshot, page_path, theme, width, problems)
+
+    again_if_stalled(check, open_page.close)
+    assert not problems, f"{page_path} ({theme}, {width}):\n  " + "\n  ".join(problems)
+
+
+def _check_diagrams(open_page: _OpenPage, screenshot, page_path: str, theme: str, width: str,
+                    problems: list[str]) -> None:
+    """One case of the test above: what is wrong goes into problems; a screenshot that stalls raises."""
     try:
         page = open_page.get(page_path, width, theme)
         applied = page.evaluate("() => [document.documentElement.dataset.theme, getComputedStyle(document.body)"
@@ -145,12 +157,11 @@ def test_diagrams_load_fit_and_read_in_every_mode(open_page, page_path, theme, w
             SHOTS.mkdir(parents=True, exist_ok=True)
             shot = SHOTS / f"{name}-{theme}-{width}.png"
             if box["y"] + box["height"] <= HEIGHT:
-                page.screenshot(path=str(shot), clip={k: box[k] for k in ("x", "y", "width", "height")})
+                screenshot(page, path=str(shot), clip={k: box[k] for k in ("x", "y", "width", "height")})
             else:  # taller than the window: cut it out of the whole page
-                page.screenshot(path=str(shot), full_page=True,
-                                clip={"x": box["x"], "y": box["y"] + box["top"], "width": box["width"],
-                                      "height": box["height"]})
+                screenshot(page, path=str(shot), full_page=True,
+                           clip={"x": box["x"], "y": box["y"] + box["top"], "width": box["width"],
+                                 "height": box["height"]})
     except BaseException:
         open_page.close()  # the next case starts from a fresh load
         raise
-    assert not problems, f"{page_path} ({theme}, {width}):\n  " + "\n  ".join(problems)

@@ -45,9 +45,21 @@ PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p
 
 
 @pytest.mark.parametrize("page_path", PAGE_PARAMS)
-def test_page_renders_offline(opened, page_path):
-    page, problems = opened.get(page_path)
-    problems = problems[:]  # what went wrong while it loaded, and since (the other check's use)
+def test_page_renders_offline(opened, screenshot, again_if_stalled, page_path):
+    problems: list[str] = []
+
+    def check() -> None:
+        page, loading = opened.get(page_path)
+        # what went wrong while it loaded, and since (the other check's use)
+        problems[:] = loading
+        _check_rendering(opened, screenshot, page, page_path, problems)
+
+    again_if_stalled(check, opened.discard)
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+def _check_rendering(opened, screenshot, page, page_path: str, problems: list[str]) -> None:
+    """The test above on the opened page: what is wrong goes into problems; a screenshot that stalls raises."""
     try:
         # Math: every formula on the page is typeset, without errors.
         n_math = page.locator(".math").count()
@@ -92,12 +104,11 @@ def test_page_renders_offline(opened, page_path):
         # JPEG: encoding a whole chapter as PNG took 2.2-4 s of Chromium's time, as JPEG 1.6-2.3 s
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.evaluate("() => window.scrollTo(0, 0)")  # scrolled by the sliders' focus, the sidebars came out blank
-        page.screenshot(path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".jpg")),
-                        full_page=True, type="jpeg", quality=85)
+        screenshot(page, path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".jpg")),
+                   full_page=True, type="jpeg", quality=85)
     except BaseException:
         opened.discard()  # the next check of this page starts from a fresh load
         raise
-    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
 @functools.cache
