@@ -12,10 +12,11 @@ first request on, and the stored widgets have rendered. A check that fails while
 discards it (`OpenedPages.discard`), so that the next one starts from a fresh load; run alone,
 or in another order, each check opens its page itself.
 
-Screenshots go through the `screenshot` fixture: Chromium here takes at most a few seconds for one, but once (in CI, on
-a page that had loaded and passed its checks) it never delivered the frame, and the test failed
-after 120 s. A screenshot that has not come in SHOT_TIMEOUT_MS has stalled: the `again_if_stalled`
-fixture then discards the page and runs the whole check once more on a fresh load; a second stall fails.
+Screenshots go through the `screenshot` fixture. Chromium takes at most a few seconds for one
+here, but once (in CI, on a page that had loaded and passed its checks) it never delivered the
+frame, and the test failed after 120 s. A screenshot that has not come in SHOT_TIMEOUT_MS has
+stalled: the `again_if_stalled` fixture then discards the page and runs the whole check once more
+on a fresh load; a second stall fails.
 """
 
 from __future__ import annotations
