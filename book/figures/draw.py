@@ -1046,45 +1046,55 @@ def self_cross() -> Figure:
 
 @figure("multihead")
 def multihead() -> Figure:
-    """Chapter 5: MultiHeadAttention's split, attend and merge, with shapes (``attention.multihead``)."""
-    f = Figure(540, 570, "Multi-head attention: project, split into heads, attend, merge",
+    """Chapter 5: MultiHeadAttention's split, attend and merge, with shapes (``attention.multihead``).
+
+    Each projection reads all D features of its input; the split into heads is made on what the
+    projection returns, so the thick line is drawn there, not on the input."""
+    dy = 64  # room for the projected tensors between the projections and the split
+    f = Figure(540, 570 + dy, "Multi-head attention: project, split into heads, attend, merge",
                "The query (B, L, D) and the key and value (B, S, D) are projected by q_proj, k_proj and "
-               "v_proj, each D to D; a view and a transpose split the D features into H heads of E = D / H, "
-               "giving (B, H, L, E) and (B, H, S, E). Every head attends on its own: weights (B, H, L, S), "
-               "output (B, H, L, E). A transpose and a reshape put the heads side by side again, (B, L, D), "
-               "and out_proj mixes them. Drawn with L = 3, S = 4, D = 4 and H = 2 heads of E = 2.")
+               "v_proj, each D to D and each reading all D features; a view and a transpose split the D "
+               "features of each projection into H heads of E = D / H, giving (B, H, L, E) and (B, H, S, E). "
+               "Every head attends on its own, with weights of its own: (B, L, S) per head, (B, H, L, S) for "
+               "all heads, output (B, L, E) per head. A transpose and a reshape put the heads side by side "
+               "again, (B, L, D), and out_proj mixes them. Drawn with L = 3, S = 4, D = 4 and H = 2 heads "
+               "of E = 2.")
     c = 13
     L, S, D, H = 3, 4, 4, 2
     E = D // H
     xs = {"query": 120, "key": 270, "value": 420}
+    head_weights = (WEIGHTS, [[0.6, 0.2, 0.1, 0.1], [0.1, 0.1, 0.2, 0.6], [0.1, 0.6, 0.2, 0.1]])
 
     def split_line(t: Box, rows: int) -> None:
         x = t.x + E * c
         f.path(f"M{fmt(x)} {fmt(t.y)} L{fmt(x)} {fmt(t.y + rows * c)}", stroke=INK, width=2.2)
 
-    projs = {}
+    projected = {}
     for role, x in xs.items():
         rows = L if role == "query" else S
+        shape = "($B$, $L$, $D$)" if role == "query" else "($B$, $S$, $D$)"
         t = f.tensor(x - D * c / 2, 40, rows, D, c, role=role)
-        split_line(t, rows)
         f.text(x, 32, role, size=SMALL, color=ROLES[role].stroke)
-        f.text(t.right + 8, t.y + 14, "($B$, $L$, $D$)" if role == "query" else "($B$, $S$, $D$)",
-               anchor="start", size=SMALL, color=MUTED)
+        f.text(t.right + 8, t.y + 14, shape, anchor="start", size=SMALL, color=MUTED)
         b = f.layer(x - 34, 116, 68, 28, f"`{role[0]}_proj`", size=SMALL)
         f.arrow((x, t.bottom), b.top, role=role)
-        projs[role] = b
+        p = f.tensor(x - D * c / 2, 164, rows, D, c, role=role)
+        f.arrow(b.base, (x, p.y - 1), role=role)
+        split_line(p, rows)
+        f.text(p.right + 8, p.y + 14, shape, anchor="start", size=SMALL, color=MUTED)
+        projected[role] = p
     # split: view and transpose
-    y_split = 176
-    for role, b in projs.items():
-        f.path(f"M{fmt(b.cx)} {fmt(b.bottom)} L{fmt(b.cx)} {fmt(y_split - 12)}", stroke=ROLES[role].stroke, width=1.6)
-    f.path(f"M{fmt(projs['query'].cx)} {fmt(y_split - 12)} L{fmt(projs['value'].cx)} {fmt(y_split - 12)}", stroke=LINE,
-           width=1.6)
+    y_split = 176 + dy
+    for role, p in projected.items():
+        f.path(f"M{fmt(p.cx)} {fmt(p.bottom)} L{fmt(p.cx)} {fmt(y_split - 12)}", stroke=ROLES[role].stroke, width=1.6)
+    f.path(f"M{fmt(projected['query'].cx)} {fmt(y_split - 12)} L{fmt(projected['value'].cx)} {fmt(y_split - 12)}",
+           stroke=LINE, width=1.6)
     f.text(270, y_split + 4, "view and transpose: ($B$, $L$, $D$) → ($B$, $L$, $H$, $E$) → ($B$, $H$, $L$, $E$)",
            size=SMALL)
     # one container per head
     outs = []
     for h in range(H):
-        x0, y0 = 20 + h * 256, 204
+        x0, y0 = 20 + h * 256, 204 + dy
         f.rect(x0, y0, 244, 200, fill="#eef2f8", stroke="none", rx=9)
         f.arrow((x0 + 122, y_split + 10), (x0 + 122, y0))
         f.text(x0 + 10, y0 + 20, f"head {h + 1}", anchor="start", bold=True, size=SMALL)
@@ -1093,28 +1103,28 @@ def multihead() -> Figure:
         v = f.tensor(x0 + 176, y0 + 48, S, E, c, role="value")
         for t, name in ((q, "$q$"), (k, "$k$"), (v, "$v$")):
             f.text(t.cx, t.y - 6, name, size=SMALL)
-        w = f.tensor(x0 + 44, y0 + 126, L, S, c, values=_shade(WEIGHTS))
+        w = f.tensor(x0 + 44, y0 + 126, L, S, c, values=_shade(head_weights[h]))
         o = f.tensor(x0 + 176, y0 + 126, L, E, c, role="value")
         f.arrow(q.base, (q.cx, w.y - 1), role="query")
         f.arrow(k.base, (k.cx, w.y - 1), role="key")
         f.arrow(v.base, (v.cx, o.y - 1), role="value")
         f.arrow(w.east, (o.x - 1, w.cy), role="weight")
         f.text(w.cx, w.bottom + 16, "weights", size=SMALL)
-        f.text(w.cx, w.bottom + 32, "($B$, $H$, $L$, $S$)", size=SMALL, color=MUTED)
+        f.text(w.cx, w.bottom + 32, "($B$, $L$, $S$)", size=SMALL, color=MUTED)
         f.text(o.cx, o.bottom + 16, "output", size=SMALL)
-        f.text(o.cx, o.bottom + 32, "($B$, $H$, $L$, $E$)", size=SMALL, color=MUTED)
+        f.text(o.cx, o.bottom + 32, "($B$, $L$, $E$)", size=SMALL, color=MUTED)
         outs.append(o)
     # merge: transpose and reshape, then out_proj
-    merged = f.tensor(40, 486, L, D, c, role="value")
+    merged = f.tensor(40, 486 + dy, L, D, c, role="value")
     split_line(merged, L)
-    for h, (o, y) in enumerate(zip(outs, (426, 436))):
+    for h, (o, y) in enumerate(zip(outs, (426 + dy, 436 + dy))):
         x = merged.x + (h + 0.5) * E * c
         f.arrow(o.east, (o.right + 38, o.cy), (o.right + 38, y), (x, y), (x, merged.y - 1), role="value")
-    f.text(110, 462, "transpose and reshape: ($B$, $H$, $L$, $E$) → ($B$, $L$, $H$, $E$) → ($B$, $L$, $D$)",
+    f.text(110, 462 + dy, "transpose and reshape: ($B$, $H$, $L$, $E$) → ($B$, $L$, $H$, $E$) → ($B$, $L$, $D$)",
            anchor="start", size=SMALL)
-    out_proj = f.layer(merged.right + 40, 492, 80, 28, "`out_proj`", size=SMALL)
+    out_proj = f.layer(merged.right + 40, 492 + dy, 80, 28, "`out_proj`", size=SMALL)
     f.arrow(merged.east, out_proj.west, role="value")
-    final = f.tensor(out_proj.right + 40, 486, L, D, c)
+    final = f.tensor(out_proj.right + 40, 486 + dy, L, D, c)
     f.arrow(out_proj.east, (final.x - 1, out_proj.cy))
     f.text(final.right + 8, final.y + 14, "($B$, $L$, $D$)", anchor="start", size=SMALL, color=MUTED)
     f.text(merged.cx, merged.bottom + 20, "heads side by side", size=SMALL, color=MUTED)

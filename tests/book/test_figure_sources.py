@@ -204,7 +204,7 @@ def _text(path: Path) -> str:
 
 @pytest.mark.parametrize("name, shapes", [
     ("three-stages", ["(B, H, L, E)", "K: (B, H, S, E)", "(B, H, S, Ev)", "scores (B, H, L, S)", "(B, H, L, Ev)"]),
-    ("multihead", ["(B, L, D)", "(B, S, D)", "(B, L, D) → (B, L, H, E) → (B, H, L, E)", "(B, H, L, S)",
+    ("multihead", ["(B, L, D)", "(B, S, D)", "(B, L, D) → (B, L, H, E) → (B, H, L, E)", "(B, L, S)",
                    "(B, H, L, E) → (B, L, H, E) → (B, L, D)", "q_proj", "out_proj"]),
     ("masks", ["(B, 1, 1, S)", "(L, S)", "(B, 1, L, S)"]),
     ("kv-cache", ["(B, H, t, E)", "(B, H, S, E)", "self_k", "cross_v"]),
