@@ -1221,7 +1221,8 @@ def transformer() -> Figure:
                "gives the keys and values of the cross-attention in every decoder layer. Target tokens "
                "(B, L), shifted right, are embedded the same way and pass through the decoder layers: causal "
                "self-attention, cross-attention and a feed-forward network. A final linear layer gives the "
-               "logits (B, L, V). A final LayerNorm after each stack is there for pre-LN only.")
+               "logits (B, L, V). A final LayerNorm after each stack, drawn dashed, is optional: pre-LN models have it, "
+               "post-LN ones only when asked for (PyTorch's stacks always have it).")
     enc_x, dec_x, base = 136, 404, 604
     stacks = ((enc_x, ["self-attention", "feed-forward"], "`num_encoder_layers`"),
               (dec_x, ["causal self-attention", "cross-attention", "feed-forward"], "`num_decoder_layers`"))
@@ -1244,7 +1245,7 @@ def transformer() -> Figure:
     enc_top, dec_top = tops
     fin = f.layer(enc_x - 50, enc_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
     f.arrow((enc_x, enc_top + 12), fin.base)
-    f.text(enc_x + 56, fin.cy + 5, "pre-LN only", anchor="start", size=SMALL, color=MUTED)
+    f.text(enc_x + 56, fin.cy + 5, "optional", anchor="start", size=SMALL, color=MUTED)
     knot = fin.y - 22
     f.text(enc_x, knot - 14, "memory ($B$, $S$, $D$)", size=SMALL)
     cross = built[1][1]
@@ -1255,7 +1256,7 @@ def transformer() -> Figure:
     # the decoder's output
     fin = f.layer(dec_x - 50, dec_top - 40, 100, 24, "LayerNorm", size=SMALL, dash="4 3")
     f.arrow((dec_x, dec_top + 12), fin.base)
-    f.text(dec_x - 56, fin.cy + 5, "pre-LN only", anchor="end", size=SMALL, color=MUTED)
+    f.text(dec_x - 56, fin.cy + 5, "optional", anchor="end", size=SMALL, color=MUTED)
     gen = f.layer(dec_x - 50, fin.y - 50, 100, 30, "Linear", size=SMALL)
     f.arrow(fin.top, gen.base)
     f.arrow(gen.top, (dec_x, gen.y - 22))
