@@ -211,8 +211,9 @@ def seq2seq_loss_by_position(
     """Teacher-forced cross-entropy (nats) at each target position, ``(L,)`` for targets of up
     to ``L`` characters (END not counted), averaged over the pairs that reach it.
 
-    Defined in chapter 8, to compare an encoder-decoder with a decoder-only model on the same
-    characters. Runs where the model is.
+    Defined in chapter 6, to see whether a model uses the source (its loss with each target given
+    another pair's source, against the right one); chapter 8 compares an encoder-decoder with a
+    decoder-only model on the same characters with it. Runs where the model is.
     """
     _check_pairs("seq2seq_loss_by_position", pairs)
     check_int("seq2seq_loss_by_position", "batch_size", batch_size)

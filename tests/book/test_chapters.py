@@ -179,6 +179,7 @@ CONSTANTS = {
     ("02_alignment", "8.4"): "a section number of Saitoh (2018), the book the lecture notes follow",
     ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
     ("06_transformer", "3.4"): "a section number of Vaswani et al. (2017), where the embeddings' scaling is stated",
+    ("06_transformer", "6.1"): "a section number of Vaswani et al. (2017), where the checkpoint averaging is stated",
     ("06_transformer", "99.5%"): "the performance appendix's bar, which test_benchmarks checks this sentence against",
     ("08_modern_attention", "18times"): "the lecture notes' count, quoted; the next cell counts it on the model",
     ("08_modern_attention", "15%"): "BERT's masking rate (Devlin et al. 2019), the default of attnlab.train.mask_tokens",
