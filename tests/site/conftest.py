@@ -1,16 +1,19 @@
 """What the website's checks share: one local server over _build/html and one Chromium per worker,
 and the page that the last check opened.
 
-Two checks read every page: test_site.py's (it loads, offline, with math and widgets) and
-test_accessibility.py's (axe-core's scans). Each page is loaded for the first of them and kept
-for the second: both tests of a page carry the page as their xdist group ("page:" and its path),
-so that `make test`'s `pytest -n 2 --dist loadgroup` runs them one after the other on one worker.
-Loading a chapter (MathJax, widgets, the network falling quiet) is a few seconds of Chromium's
-time, once instead of twice per page. The page is opened with everything both checks need:
-the failed requests, console errors and requests that leave the site are recorded from the
-first request on, and the stored widgets have rendered. A check that fails while it uses the page
-discards it (`OpenedPages.discard`), so that the next one starts from a fresh load; run alone,
-or in another order, each check opens its page itself.
+Three checks read every page (test_figures.py's only the pages with a diagram): test_accessibility.py's
+(axe-core's scans), test_figures.py's (the diagrams at a desktop and a phone width, in both colour
+modes) and test_site.py's (it loads, offline, with math and widgets). Each page is loaded for the
+first of them and kept for the others: all the tests of a page carry the page as their xdist group
+("page:" and its path), so that `make test`'s `pytest -n 2 --dist loadgroup` runs them one after
+the other on one worker. Loading a chapter (MathJax, widgets, the network falling quiet) took about
+3 s of the machine's two cores here; resizing the loaded page or switching its colour mode, 0.3 s.
+The page is opened with everything the checks need: the failed requests, console errors and
+requests that leave the site are recorded from the first request on, and the stored widgets have
+rendered. Each check asks `OpenedPages.get` for the window size and colour mode it reads the page
+in, and the page is resized and switched in place. A check that fails while it uses the page
+discards it (`OpenedPages.discard`), so that the next one starts from a fresh load; run alone, or
+in another order, each check opens its page itself.
 
 Screenshots go through the `screenshot` fixture. Chromium takes at most a few seconds for one
 here, but once (in CI, on a page that had loaded and passed its checks) it never delivered the
@@ -39,6 +42,10 @@ LAUNCH_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
+# Two device pixels to a CSS pixel, as on a phone or a laptop's high-density screen: the diagrams'
+# screenshots are drawn at that density (the full-page ones are taken at one pixel to a CSS pixel).
+# Nothing the checks measure is in device pixels; loading a chapter cost the same at 1 and at 2.
+DEVICE_SCALE = 2
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGETS_TIMEOUT_MS = 20_000
 SHOT_TIMEOUT_MS = 30_000  # a chapter's full-page screenshot takes 1.6 to 2.3 s here, a diagram's 0.1 to 0.3 s
@@ -98,20 +105,28 @@ def _again_if_stalled(check: Callable[[], None], discard: Callable[[], None]) ->
 
 
 class OpenedPages:
-    """The page last opened, 1280 x 900 in light mode, kept for the next check of the same page."""
+    """The page last opened, kept for the next check of the same page."""
 
     def __init__(self, browser, server: str) -> None:
         self.browser, self.server = browser, server
         self.path: str | None = None
         self.page, self.problems = None, []
 
-    def get(self, page_path: str) -> tuple:
+    def get(self, page_path: str, viewport: dict | None = None, mode: str = "light") -> tuple:
         """(page, problems): the page loaded, its math typeset and its widgets rendered (or waited
-        for in vain), and what went wrong since its first request, as sentences."""
+        for in vain), and what went wrong since its first request, as sentences; shown at
+        ``viewport`` (VIEWPORT unless given) in the colour ``mode``, resized and switched in place."""
         if self.path != page_path:
             self.discard()
             self.page, self.problems = self._open(page_path)
             self.path = page_path
+        viewport = viewport or VIEWPORT
+        if self.page.viewport_size != viewport:
+            _resize(self.page, viewport)
+        shown = self.page.evaluate("() => [innerWidth, innerHeight]")
+        assert shown == [viewport["width"], viewport["height"]], f"{page_path}: asked for {viewport}, the window is {shown}"
+        if self.page.evaluate("() => document.documentElement.dataset.theme") != mode:
+            _switch_mode(self.page, mode)
         return self.page, self.problems
 
     def discard(self) -> None:
@@ -120,7 +135,7 @@ class OpenedPages:
         self.path, self.page, self.problems = None, None, []
 
     def _open(self, page_path: str) -> tuple:
-        context = self.browser.new_context(viewport=VIEWPORT)
+        context = self.browser.new_context(viewport=VIEWPORT, device_scale_factor=DEVICE_SCALE)
         page = context.new_page()
         problems: list[str] = []
         page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text}"))
@@ -169,6 +184,17 @@ def opened(browser, server):
     pages.discard()
 
 
+def _resize(page, viewport: dict) -> None:
+    """Resize as a reader's window or zoom does, then wait, in the page, past the theme's own
+    answer: pydata-sphinx-theme makes a code block or table a tab stop when it scrolls sideways,
+    300 ms (debounced) after the last resize event. The event is dispatched before the next frame's
+    animation callbacks; a timer of the same 300 ms set in that callback fires after the theme's.
+    (Measured on every page at 320 px: without the wait, axe reports 15 to 45 code blocks that
+    scroll and cannot be reached with the keyboard on each chapter; with it, none.)"""
+    page.set_viewport_size(viewport)
+    page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve, 300)))")
+
+
 def _switch_mode(page, mode: str) -> None:
     """Switch the colour mode in place as the theme's button does: pydata-sphinx-theme's colours
     hang on <html data-theme>, its mode switcher on data-mode, the reader's choice is kept in
@@ -187,12 +213,6 @@ def _switch_mode(page, mode: str) -> None:
         }""",
         mode,
     )
-
-
-@pytest.fixture(scope="session")
-def switch_mode():
-    """_switch_mode, for the checks that read a page in both colour modes."""
-    return _switch_mode
 
 
 @pytest.fixture(scope="session")

@@ -68,23 +68,11 @@ def _axe_source() -> str:
     return source
 
 
-def _set_mode(switch_mode, page, page_path: str, mode: str) -> None:
-    """Switch the colour mode (one page load for both modes), and check that the page shows it."""
-    switch_mode(page, mode)
+def _check_mode(page, page_path: str, mode: str) -> None:
+    """That the page shows the colour mode it was switched to."""
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     dark = background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)")
     assert dark == (mode == "dark"), f"{page_path}: asked for {mode} mode, the page's background is {background}"
-
-
-def _resize(page, viewport: dict) -> None:
-    """Resize as a reader's window or zoom does, then wait, in the page, past the theme's own
-    answer: pydata-sphinx-theme makes a code block or table a tab stop when it scrolls sideways,
-    300 ms (debounced) after the last resize event. The event is dispatched before the next frame's
-    animation callbacks; a timer of the same 300 ms set in that callback fires after the theme's.
-    (Measured on every page at 320 px: without the wait, axe reports 15 to 45 code blocks that
-    scroll and cannot be reached with the keyboard on each chapter; with it, none.)"""
-    page.set_viewport_size(viewport)
-    page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve, 300)))")
 
 
 def _violations(page) -> list[dict]:
@@ -153,29 +141,27 @@ def _slider_problems(page) -> list[str]:
     return problems
 
 
-# Each page's two browser checks (this one and test_site.py's) on one worker, one after the other:
-# the second reuses the page the first loaded (tests/site/conftest.py).
+# Each page's browser checks (this one, test_figures.py's and test_site.py's) on one worker, one
+# after the other: the later ones reuse the page this one loaded (tests/site/conftest.py).
 PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p in PAGES]
 
 
 @pytest.mark.parametrize("page_path", PAGE_PARAMS)
-def test_page_is_accessible(opened, switch_mode, page_path):
+def test_page_is_accessible(opened, page_path):
     page, problems = opened.get(page_path)
     report = [p for p in problems if p.startswith("the stored widgets")]  # the scans need them drawn
     try:
         if not page.evaluate("() => !!window.axe"):  # injected once per page load
             page.add_script_tag(content=_axe_source())
-        for viewport, mode in SCANS:
-            if page.viewport_size != viewport:
-                _resize(page, viewport)
-            _set_mode(switch_mode, page, page_path, mode)
+        for viewport, mode in SCANS:  # the page resized and switched in place (tests/site/conftest.py)
+            opened.get(page_path, viewport, mode)
+            _check_mode(page, page_path, mode)
             violations = _violations(page)
             if violations:
                 width = "" if viewport is WIDE else f", {viewport['width']} px wide"
                 report.append(_report(page_path, f"{mode} mode{width}", violations))
         images = _images_without_alt(page)  # neither depends on the width: checked at the last one
         sliders = _slider_problems(page)
-        page.set_viewport_size(WIDE)  # as the page was opened, for the next check (no scan waits on it)
     except BaseException:
         opened.discard()  # the next check of this page starts from a fresh load
         raise

@@ -5,8 +5,10 @@ the dark colour mode of pydata-sphinx-theme, at a desktop width and at a phone's
 diagram that did not load (naturalWidth 0), a figure (image or caption) that reaches past the screen,
 so that the page would scroll sideways, a diagram drawn larger than its own size, text in a diagram smaller than MIN_TEXT_PX on screen, and a
 diagram that the theme dims on dark pages (the SVGs draw their own light card instead). A screenshot of
-every diagram in every mode is saved under _build/screenshots/figures/ for a person to look at. Each
-page is loaded once for each width, in light mode; the dark mode is then switched on in place.
+every diagram in every mode, at two device pixels to a CSS pixel, is saved under
+_build/screenshots/figures/ for a person to look at. The page is the one the site's other checks
+read (tests/site/conftest.py: loaded once for all of them), resized to each width and switched to
+each mode in place, as a reader's window and the theme's button do.
 """
 
 from __future__ import annotations
@@ -16,10 +18,6 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
-
-# make test runs the site's checks on two workers (pytest -n 2 --dist loadgroup): these cases stay
-# together on one, in order, so that each page is loaded once per width (_OpenPage)
-pytestmark = pytest.mark.xdist_group("figures")
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
@@ -49,9 +47,11 @@ def _pages_with_figures() -> dict[str, list[str]]:
 
 
 PAGES = _pages_with_figures()
-# Page by page, width by width, then both modes on the page already open (the theme's button switches
-# the mode in place): one page load for each page and width.
-CASES = [(page, theme, width) for page in PAGES for width in WIDTHS for theme in THEMES]
+# Page by page, width by width, then both modes. Each case carries its page's xdist group, as the
+# other checks of the page do: `make test` (pytest -n 2 --dist loadgroup) runs them one after the
+# other on one worker, on the page the first of them loaded (tests/site/conftest.py).
+CASES = [pytest.param(page, theme, width, marks=pytest.mark.xdist_group(f"page:{page}"), id=f"{page}-{theme}-{width}")
+         for page in PAGES for width in WIDTHS for theme in THEMES]
 
 
 def _smallest_font(name: str) -> float:
@@ -65,62 +65,22 @@ def test_the_site_shows_every_diagram():
     assert shown == drawn, f"diagrams missing from the site: {sorted(drawn - shown)}"
 
 
-class _OpenPage:
-    """The page last opened, kept for the next case of the same page and width (its other mode)."""
-
-    def __init__(self, browser, server: str, switch_mode) -> None:
-        self.browser, self.server, self.key, self.page = browser, server, None, None
-        self.switch_mode = switch_mode
-
-    def get(self, page_path: str, width: str, theme: str):
-        if self.key != (page_path, width):
-            self.close()
-            context = self.browser.new_context(viewport={"width": WIDTHS[width], "height": HEIGHT},
-                                               device_scale_factor=2)
-            # pydata-sphinx-theme reads the mode from localStorage before the page is drawn ("mode" is
-            # the reader's choice, "theme" the one applied) and keeps it in <html data-theme>.
-            context.add_init_script(f"localStorage.setItem('mode', '{theme}'); localStorage.setItem('theme', '{theme}');")
-            page = context.new_page()
-            page.set_default_timeout(120_000)  # the machine may be busy: slow is not broken
-            response = page.goto(self.server + page_path, wait_until="load")
-            assert response is not None and response.ok, f"{page_path} did not load"
-            page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
-            page.wait_for_load_state("networkidle")
-            self.key, self.page = (page_path, width), page
-        else:  # the other mode, switched in place as the theme's button does
-            self.switch_mode(self.page, theme)
-        return self.page
-
-    def close(self) -> None:
-        if self.page is not None:
-            self.page.context.close()
-        self.key, self.page = None, None
-
-
-@pytest.fixture(scope="module")
-def open_page(browser, server, switch_mode):
-    pages = _OpenPage(browser, server, switch_mode)
-    yield pages
-    pages.close()
-
-
-@pytest.mark.parametrize("page_path, theme, width", CASES, ids=[f"{p}-{t}-{w}" for p, t, w in CASES])
-def test_diagrams_load_fit_and_read_in_every_mode(open_page, screenshot, again_if_stalled, page_path, theme, width):
+@pytest.mark.parametrize("page_path, theme, width", CASES)
+def test_diagrams_load_fit_and_read_in_every_mode(opened, screenshot, again_if_stalled, page_path, theme, width):
     problems: list[str] = []
 
     def check() -> None:
         problems.clear()
-        _check_diagrams(open_page, screenshot, page_path, theme, width, problems)
+        _check_diagrams(opened, screenshot, page_path, theme, width, problems)
 
-    again_if_stalled(check, open_page.close)
+    again_if_stalled(check, opened.discard)
     assert not problems, f"{page_path} ({theme}, {width}):\n  " + "\n  ".join(problems)
 
 
-def _check_diagrams(open_page: _OpenPage, screenshot, page_path: str, theme: str, width: str,
-                    problems: list[str]) -> None:
+def _check_diagrams(opened, screenshot, page_path: str, theme: str, width: str, problems: list[str]) -> None:
     """One case of the test above: what is wrong goes into problems; a screenshot that stalls raises."""
     try:
-        page = open_page.get(page_path, width, theme)
+        page, _ = opened.get(page_path, {"width": WIDTHS[width], "height": HEIGHT}, theme)
         applied = page.evaluate("() => [document.documentElement.dataset.theme, getComputedStyle(document.body)"
                                 ".backgroundColor]")
         assert applied[0] == theme, f"the theme is {applied[0]!r}, not {theme!r}"
@@ -163,5 +123,5 @@ def _check_diagrams(open_page: _OpenPage, screenshot, page_path: str, theme: str
                            clip={"x": box["x"], "y": box["y"] + box["top"], "width": box["width"],
                                  "height": box["height"]})
     except BaseException:
-        open_page.close()  # the next case starts from a fresh load
+        opened.discard()  # the next check starts from a fresh load
         raise

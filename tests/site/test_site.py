@@ -101,11 +101,12 @@ def _check_rendering(opened, screenshot, page, page_path: str, problems: list[st
             repo_path = urlparse(REPO_URL).path.strip("/")
             if not any(repo_path in h and f"/blob/{RELEASE}/" in h and h.endswith(notebook) for h in hrefs):
                 problems.append(f"no Colab link to {repo_path}/blob/{RELEASE}/.../{notebook}: found {hrefs}")
-        # JPEG: encoding a whole chapter as PNG took 2.2-4 s of Chromium's time, as JPEG 1.6-2.3 s
+        # JPEG: encoding a whole chapter as PNG took 2.2-4 s of Chromium's time, as JPEG 1.6-2.3 s; one
+        # pixel to a CSS pixel (scale="css"; the page has two): at two, a chapter took twice as long
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.evaluate("() => window.scrollTo(0, 0)")  # scrolled by the sliders' focus, the sidebars came out blank
         screenshot(page, path=str(SHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".jpg")),
-                   full_page=True, type="jpeg", quality=85)
+                   full_page=True, type="jpeg", quality=85, scale="css")
     except BaseException:
         opened.discard()  # the next check of this page starts from a fresh load
         raise
