@@ -290,9 +290,9 @@ def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
 
 
 def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
-    """`make test` runs the website's checks with `--dist loadgroup`: the diagrams' cases, and each
-    page's two browser checks, carry an xdist group so that one worker runs them in order, on one
-    loaded page (tests/site/conftest.py). pytest 9.2 with pytest-xdist 3.8 stops grouping without
+    """`make test` runs the website's checks with `--dist loadgroup`: each page's browser checks (its
+    accessibility scans, its diagrams' cases and its rendering) carry the page's xdist group so that
+    one worker runs them in order, on one loaded page (tests/site/conftest.py). pytest 9.2 with pytest-xdist 3.8 stops grouping without
     a word (pytest-dev/pytest-xdist#1386); here, tests of one group in two files must share a
     worker, among ungrouped tests that spread over both."""
     seen = tmp_path / "seen"

@@ -39,8 +39,8 @@ REPO_URL = _REPOSITORY["url"].rstrip("/")
 RELEASE = _REPOSITORY["branch"]  # the release tag the Colab links open (tests/book/test_release.py)
 
 
-# Each page's two browser checks (this one and test_accessibility.py's) on one worker, one after the
-# other: the second reuses the page the first loaded (tests/site/conftest.py).
+# Each page's browser checks (test_accessibility.py's, test_figures.py's and this one) on one worker,
+# one after the other: the later ones reuse the page the first loaded (tests/site/conftest.py).
 PAGE_PARAMS = [pytest.param(p, marks=pytest.mark.xdist_group(f"page:{p}")) for p in PAGES]
 
 
