@@ -83,8 +83,10 @@ browser:
 # platform into each chapter), portable (--nbval-lax: every cell runs and its assertions must hold,
 # only cells tagged nbval-check-output are compared) anywhere else. NBVAL_MODE=strict|portable forces it.
 # The two editions of the website are built side by side (Sphinx uses one core each). Then three
-# runs: the website's checks first, two at a time (each drives its own Chromium, whose page work is
-# one core's: two workers use both cores), then everything else on two workers, file by file
+# runs: the website's checks first, three at a time (each drives its own Chromium; one check's page
+# work is one core's at most, and it waits too: for the network to fall quiet, for the theme's
+# timers; on 2 cores, two workers kept 1.75 cores busy and took 113 to 125 s, three kept 1.9 busy
+# and took 109 s, for the same 210 core-seconds), then everything else on two workers, file by file
 # (--dist loadfile: a chapter's cells stay together, in order, on one worker), so that two chapters,
 # or a chapter and the grading, run side by side. A chapter keeps the two kernel threads its outputs
 # were recorded with, and PyTorch's OpenMP threads wait for each other at every parallel operation:
@@ -100,7 +102,7 @@ ALONE := chapters/07_complexity.ipynb
 test: browser
 	$(MAKE) -j2 -Otarget book book-student
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	$(PY) -m pytest tests/site -n 2 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
+	$(PY) -m pytest tests/site -n 3 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
 	site=$$?; \
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters tests --ignore=tests/site $(addprefix --ignore=,$(ALONE)) \
 		-n 2 --dist loadfile $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \

@@ -5,7 +5,7 @@ Three checks read every page (test_figures.py's only the pages with a diagram): 
 (axe-core's scans), test_figures.py's (the diagrams at a desktop and a phone width, in both colour
 modes) and test_site.py's (it loads, offline, with math and widgets). Each page is loaded for the
 first of them and kept for the others: all the tests of a page carry the page as their xdist group
-("page:" and its path), so that `make test`'s `pytest -n 2 --dist loadgroup` runs them one after
+("page:" and its path), so that `make test`'s `pytest -n 3 --dist loadgroup` runs them one after
 the other on one worker. Loading a chapter (MathJax, widgets, the network falling quiet) took about
 3 s of the machine's two cores here; resizing the loaded page or switching its colour mode, 0.3 s.
 The page is opened with everything the checks need: the failed requests, console errors and

@@ -48,7 +48,7 @@ def _pages_with_figures() -> dict[str, list[str]]:
 
 PAGES = _pages_with_figures()
 # Page by page, width by width, then both modes. Each case carries its page's xdist group, as the
-# other checks of the page do: `make test` (pytest -n 2 --dist loadgroup) runs them one after the
+# other checks of the page do: `make test` (pytest -n 3 --dist loadgroup) runs them one after the
 # other on one worker, on the page the first of them loaded (tests/site/conftest.py).
 CASES = [pytest.param(page, theme, width, marks=pytest.mark.xdist_group(f"page:{page}"), id=f"{page}-{theme}-{width}")
          for page in PAGES for width in WIDTHS for theme in THEMES]

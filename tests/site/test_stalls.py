@@ -45,7 +45,10 @@ def test_a_check_whose_screenshot_stalls_once_passes_on_a_fresh_load(browser, se
         loads.append(page)
         if len(loads) > 1:
             page.goto(server + "book/notation.html", wait_until="load")
-        screenshot(page, path=str(tmp_path / f"shot{len(loads)}.png"), stall_ms=STALL_MS)
+        # the fresh load's screenshot has the checks' own limit: on a busy machine it may take more
+        # than the 800 ms this test gives the busy page, and it did not stall
+        screenshot(page, path=str(tmp_path / f"shot{len(loads)}.png"),
+                   **({"stall_ms": STALL_MS} if len(loads) == 1 else {}))
 
     try:
         with pytest.warns(UserWarning, match="stalled.*checked again on a fresh load"):
