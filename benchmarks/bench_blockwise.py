@@ -2,7 +2,9 @@
 
 B = 1, H = 8, E = 64. Targets for n >= 1024: forward at most 1.8x, forward+backward at most
 1.6x; causal blockwise at most 1.1x non-causal fused for n >= 4096; extra memory at n = 16384
-forward+backward under 300 MB, growing linearly (CPU: profiler peak; CUDA: max allocated).
+forward+backward under 300 MB, growing linearly (CPU: the peak of the profiler's allocation and
+free records; CUDA: max allocated). With the CPU peak summed correctly, 303 MB: the target is
+missed by 1% (results.md).
 Run: ``python benchmarks/bench_blockwise.py [--quick] [--block N]``.
 """
 

@@ -176,11 +176,18 @@ def _cpu_peak_bytes(fn: Callable[[], object]) -> int:
         warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             fn()
-    # Allocations are attributed to the operator that made them, frees appear as "[memory]".
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    # The profiler's raw records, one per allocation (bytes > 0) and per free (bytes < 0), in the
+    # order they happened. (Summing each operator's net memory at its start instead counts the
+    # frees made inside an operator before its allocations: a kernel that allocates its buffers
+    # and frees them before it returns then shows a fraction of its peak, or none.)
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None:
+        raise RuntimeError("measure: this PyTorch's profiler keeps no memory records (kineto_results)")
+    records = sorted(((e.start_ns(), e.nbytes()) for e in results.events() if e.name() == "[memory]"),
+                     key=lambda record: record[0])  # stable: records of one instant keep their order
     live = peak = 0
-    for e in events:
-        live += e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+    for _, nbytes in records:
+        live += nbytes
         peak = max(peak, live)
     return peak
 
@@ -198,7 +205,8 @@ def measure(
     ``device`` is where ``fn`` computes (a function does not say where its tensors are, so
     ``None`` means the CPU). On CUDA (and MPS) the device is synchronised around each call; on
     CUDA the peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the
-    call. On the CPU the peak comes from the profiler's memory events (one extra call). Report
+    call. On the CPU the peak is the largest running sum of the profiler's allocation and free
+records, in the order they happened (one extra call). Report
     medians: single timings on a shared machine are noisy.
     """
     if not callable(fn):
