@@ -99,16 +99,19 @@ browser:
 # default policy. Chapter 7 times an LSTM's 1,024 sequential steps against one matrix product of
 # the same FLOPs and asserts more than 3x: 4.5x alone here, 2.8x beside another worker with PASSIVE.
 ALONE := chapters/07_complexity.ipynb
+# The runs whose tests use no hypothesis leave its pytest plugin out: 0.6 of the 1.0 s that starting
+# pytest takes, in each process (a run and each of its workers).
+NO_HYPOTHESIS := -p no:hypothesispytest
 test: browser
 	$(MAKE) -j2 -Otarget book book-student
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	$(PY) -m pytest tests/site -n 3 --dist loadgroup -p no:cacheprovider --junitxml=_build/test-results-site.xml; \
+	$(PY) -m pytest tests/site -n 3 --dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS) --junitxml=_build/test-results-site.xml; \
 	site=$$?; \
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters tests --ignore=tests/site $(addprefix --ignore=,$(ALONE)) \
 		-n 2 --dist loadfile $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
 		--junitxml=_build/test-results.xml; \
 	status=$$?; \
-	$(PY) -m pytest $(ALONE) $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
+	$(PY) -m pytest $(ALONE) $$flag $(NO_HYPOTHESIS) --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
 		--junitxml=_build/test-results-alone.xml; \
 	alone=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; \
 	$(PY) scripts/junit_times.py --folders _build/test-results-site.xml _build/test-results.xml \

@@ -26,11 +26,15 @@ SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
 FIXTURE = ROOT / "tests" / "fixtures" / "harness.ipynb"
 MODE_SCRIPT = ROOT / "scripts" / "nbval_mode.py"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+# pytest as these tests start it: without its cache and without hypothesis's plugin, which none of
+# these runs uses (it took 0.6 of the 1.0 s that starting pytest takes, in each process: each
+# run below, and each of its xdist workers)
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 
 
 def _nbval(notebook: Path, flag: str = "--nbval") -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE),
-               "-p", "no:cacheprovider", "-q", "--rootdir", str(notebook.parent)]
+    command = [*PYTEST, flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE), "-q",
+               "--rootdir", str(notebook.parent)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run(command, cwd=notebook.parent, capture_output=True, text=True, timeout=300, env=env)
 
@@ -108,8 +112,8 @@ def harness_runs(tmp_path_factory) -> dict[tuple[str, str], dict]:
                 (root / name).mkdir()
                 make(root / name / "harness.ipynb")
                 notebooks.append(f"{name}/harness.ipynb")
-        command = [sys.executable, "-m", "pytest", flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE),
-                   "-p", "no:cacheprovider", "-q", "--rootdir", str(root), "--junitxml", str(root / "results.xml")]
+        command = [*PYTEST, flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir", str(root),
+                   "--junitxml", str(root / "results.xml")]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, env=env)
         assert (root / "results.xml").exists(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -282,9 +286,8 @@ def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
     for workers, preset, expected in [(["-n", "2"], None, "PASSIVE"), ([], None, "unset"),
                                       (["-n", "2"], "ACTIVE", "ACTIVE")]:
         env = clean if preset is None else {**clean, "OMP_WAIT_POLICY": preset}
-        result = subprocess.run([sys.executable, "-m", "pytest", *workers, "test_policy.py", "-p", "no:cacheprovider",
-                                 "-q", "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                                timeout=120, env=env)
+        result = subprocess.run([*PYTEST, *workers, "test_policy.py", "-q", "--rootdir", str(tmp_path)], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert seen.read_text() == expected, (workers, preset, seen.read_text())
 
@@ -305,9 +308,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
             "os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
             "@pytest.mark.parametrize('i', range(4))\ndef test_alone(i):\n    pass\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
-                             "-q", "--rootdir", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, env=env)
+    result = subprocess.run([*PYTEST, "-n", "2", "--dist", "loadgroup", "-q", "--rootdir", str(tmp_path)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     workers = {p.name: p.read_text() for p in seen.iterdir()}
     assert len(workers) == 8 and len(set(workers.values())) == 1, f"one group ran on several workers: {workers}"
