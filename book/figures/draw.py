@@ -776,7 +776,7 @@ def soft_addressing() -> Figure:
     f.arrow(total.east, out.west, role="value")
     f.text(out.cx, out.y - 10, "the answer", size=SMALL)
     f.text(out.cx, out.bottom + 18, "∑ weight × value", size=SMALL, color=MUTED)
-    f.text(28, y0 + 222, "weights: the softmax of the scores ($T$ = 1); hard lookup is its limit as $T$ → 0",
+    f.text(28, y0 + 222, "weights: the softmax of the scores ($T$ = 1); as $T$ → 0, an argmax lookup",
            anchor="start", size=SMALL, color=MUTED)
     return f
 
