@@ -176,7 +176,9 @@ def test_chapter_has_an_executed_coding_solution(path):
 # (124 times, 3x) outside math, code literals, glue and citations; each one found must be a
 # constant of the text itself, listed here with the reason it cannot drift.
 CONSTANTS = {
+    ("01_bottleneck", "3.3"): "a section number of Sutskever et al. (2014), where reversing the source is explained",
     ("02_alignment", "8.4"): "a section number of Saitoh (2018), the book the lecture notes follow",
+    ("02_alignment", "3.2"): "a section number of Bahdanau et al. (2015), where their encoder is bidirectional",
     ("04_soft_hard", "0.5"): "the probability of the expected context in Xu et al.'s trick, a hyperparameter",
     ("06_transformer", "3.4"): "a section number of Vaswani et al. (2017), where the embeddings' scaling is stated",
     ("06_transformer", "6.1"): "a section number of Vaswani et al. (2017), where the checkpoint averaging is stated",

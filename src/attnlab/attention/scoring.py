@@ -117,7 +117,9 @@ class AdditiveScore(Score):
     """:math:`\\mathrm{score}(q, k) = v^\\top \\tanh(W_q q + W_k k)` (Bahdanau et al. 2015).
 
     A one-hidden-layer network of ``attention_dim`` units compares query and key. The key
-    projections do not depend on the query, so they are computed once per source.
+    projections do not depend on the query, so one call projects the keys once for all of its
+    queries; a decoder that calls it once per step (``BahdanauDecoder``) projects them again
+    at every step.
     """
 
     def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 64):
