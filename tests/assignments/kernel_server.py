@@ -29,8 +29,9 @@ that importing PyTorch leaves it with one thread, which ``fork`` needs. ``runnin
 all of this for the length of a ``with`` block (the grading fixture uses it).
 
 Measured on one 2-core machine: the grading fixture alone, 260 s with usual kernels and 167 s
-with forked ones, and the 55 results.json files it wrote were the same. Where the time went
-then: almost all of a grade is its notebook's cells running in the kernel (a profile of one
+with forked ones, and the 55 results.json files it wrote were the same; later, with the two
+lazily imported parts of PyTorch in PRELOAD too, 110.5 s against 126.9 s without them, on one
+machine. Where the time went then: almost all of a grade is its notebook's cells running in the kernel (a profile of one
 grade of assignment 5: 3.5 s of 4.0 s waiting on the kernel), and two grades of assignment 5
 train for its full 800 steps (about a minute each, on one thread).
 """
@@ -52,7 +53,11 @@ from pathlib import Path
 
 PARENT_CHECK_S = 2.0  # how often an idle server checks that the process that started it is there
 AVAILABLE = hasattr(os, "pidfd_open") and hasattr(socket, "send_fds") and hasattr(os, "fork")
-PRELOAD = ("ipykernel.kernelapp", "torch", "otter", "otter.check.notebook", "attnlab")
+# and two parts of PyTorch that it imports on first use, in the kernel's time otherwise:
+# torch.distributed.tensor (the first torch.testing.assert_close, which every assignment's tests
+# call: 0.6 s) and torch._dynamo (the first optimizer: 0.7 s; assignments 2, 4 and 5 make one).
+PRELOAD = ("ipykernel.kernelapp", "torch", "otter", "otter.check.notebook", "attnlab",
+           "torch.distributed.tensor", "torch._dynamo")
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
