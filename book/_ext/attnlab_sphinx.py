@@ -33,6 +33,15 @@ tests/site/test_accessibility.py). Each fix sits where the problem is made:
   code cell's ``mystnb: image: alt`` metadata (the key MyST-NB reads for a cell's image
   outputs, passed here as ``data-alt`` on the cell's widget view), else the image's title
   (``attnlab.figure_slider`` describes each picture in its tooltip).
+
+Citations: the text cites author-year (``bibtex_reference_style: author_year``), "Cho et al.
+[2014a]" and "[Cho et al., 2014a]"; pybtex's default bibliography style labels the entries
+alpha-style ("[CvMerrienboerG+14]"), which a reader cannot match to the text. The style
+registered here, ``attnlab_author_year`` (``bibtex_default_style``), labels each entry as a
+parenthetical citation shows it, "[Cho et al., 2014a]", and sorts the entries by those labels.
+Two papers with the same first author, the same "et al." and the same year would be cited
+alike: references.bib gives their years the letters a and b (in the order of their titles),
+and tests/book/test_bibliography.py fails on such a pair without them.
 """
 
 from __future__ import annotations
@@ -44,7 +53,13 @@ from typing import Any
 
 from bs4 import BeautifulSoup
 from docutils import nodes
+from pybtex.backends.plaintext import Backend as PlainText
+from pybtex.plugin import register_plugin
+from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.sorting import BaseSortingStyle
 from sphinx.application import Sphinx
+from sphinxcontrib.bibtex.style.names.last import LastNameStyle
 
 HERE = Path(__file__).resolve().parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -141,6 +156,54 @@ def pass_alt_to_widgets(app: Sphinx, doctree: nodes.document, docname: str) -> N
 def add_widget_script(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
     if WIDGET_VIEW in context.get("body", ""):
         app.builder.add_js_file("attnlab-widgets-a11y.js")  # this page only: reverted after it
+
+
+_PLAIN = PlainText()  # render_as("text") would look the backend up among the entry points each time
+
+
+def _cited_names(entry: Any) -> list[str]:
+    """The names a citation of ``entry`` (a pybtex entry) is made of ("von" part and last name):
+    the first two authors' and, for more, as many empty strings."""
+    people = entry.persons.get("author") or entry.persons.get("editor")
+    if not people:
+        raise ValueError(f"references.bib: {entry.key} has neither author nor editor to cite it by")
+    first_two = [LastNameStyle().format(person).format().render(_PLAIN) for person in people[:2]]
+    return first_two + [""] * (len(people) - 2)
+
+
+def author_year(entry: Any) -> str:
+    """How a parenthetical citation of ``entry`` reads inside its brackets, as the in-text
+    citations give it: "Vaswani et al., 2017", "Jain and Wallace, 2019", "Saitoh, 2018"."""
+    names = _cited_names(entry)
+    who = names[0] if len(names) == 1 else " and ".join(names) if len(names) == 2 else f"{names[0]} et al."
+    return f"{who}, {entry.fields['year']}"
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    def format_labels(self, sorted_entries: Any) -> Any:
+        for entry in sorted_entries:
+            yield author_year(entry)
+
+
+class AuthorYearSorting(BaseSortingStyle):
+    """In the order of the labels, as a reader looks a citation up: by first author, one author
+    before two before "et al.", then by year ("Cho et al., 2014a" before "Cho et al., 2014b";
+    pybtex's author_year_title compares whole author lists first, which can put b before a)."""
+
+    def sorting_key(self, entry: Any) -> tuple:
+        names = [name.casefold() for name in _cited_names(entry)]
+        second = names[1] if len(names) == 2 else ""
+        return names[0], min(len(names), 3), second, entry.fields["year"], entry.fields.get("title", "").casefold()
+
+
+class AuthorYearStyle(UnsrtStyle):
+    default_label_style = "attnlab_author_year"
+    default_sorting_style = "attnlab_author_year"
+
+
+register_plugin("pybtex.style.labels", "attnlab_author_year", AuthorYearLabels)
+register_plugin("pybtex.style.sorting", "attnlab_author_year", AuthorYearSorting)
+register_plugin("pybtex.style.formatting", "attnlab_author_year", AuthorYearStyle)
 
 
 def add_static_files(app: Sphinx) -> None:
