@@ -10,7 +10,9 @@ element is excluded. On the same page two more checks: every <img>, visible or n
 alternative text, present, not empty and not a file name (docutils writes the image's path as
 its alt when none is given, which axe accepts but a screen reader reads out as a path); and
 every widget slider is named and tells the value its readout shows, also once moved with the
-keyboard (the widget manager gives it neither; book/_ext/static/attnlab-widgets-a11y.js does).
+keyboard (the widget manager gives it neither; book/_ext/static/attnlab-widgets-a11y.js does),
+and no slider's readout cuts off a value it can show (measured with each selection slider's
+every label in each readout).
 
 axe-core comes from npm (package.json pins it; `npm ci` installs it into node_modules/). Where
 node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the same version.
@@ -122,10 +124,33 @@ _SLIDERS = """() => Array.from(document.querySelectorAll('.widget-slider [role="
 })"""
 
 
+_CUT_OFF = """(labels) => Array.from(document.querySelectorAll('.widget-slider .widget-readout')).flatMap((readout, i) => {
+    const shown = readout.textContent;
+    const cut = [shown, ...labels].filter(label => {
+        readout.textContent = label;
+        return readout.scrollWidth > readout.clientWidth;
+    });
+    readout.textContent = shown;
+    return cut.map(label => `slider ${i}: its readout cuts off ${JSON.stringify(label)}`);
+})"""
+
+
+def _selection_labels(page) -> list[str]:
+    """Every value that a selection slider on the page can show (the saved widget state's
+    ``_options_labels``; a numeric slider shows numbers no wider than its range's ends)."""
+    labels = set()
+    for text in page.locator('script[type="application/vnd.jupyter.widget-state+json"]').all_text_contents():
+        for model in json.loads(text)["state"].values():
+            labels.update(model["state"].get("_options_labels", []) if model["model_name"] == "SelectionSliderModel" else [])
+    return sorted(labels)
+
+
 def _slider_problems(page) -> list[str]:
     """Each widget slider is named by its label and tells the value its readout shows, also
-    after a move with the keyboard (axe checks the name, not the value)."""
-    problems = []
+    after a move with the keyboard (axe checks the name, not the value); and no readout cuts
+    off a value, for any value a selection slider on the page can show (@jupyter-widgets
+    gives a readout 72 px; book/_ext/static/attnlab-a11y.css lets it keep its text's width)."""
+    problems = page.evaluate(_CUT_OFF, _selection_labels(page))
     handles = page.locator('.widget-slider [role="slider"]')
     for moved in (False, True) if handles.count() else ():
         if moved:
