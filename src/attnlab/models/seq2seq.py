@@ -356,8 +356,10 @@ class LuongLocalDecoder(LuongDecoder):
     and weights the window by a Gaussian of :math:`\sigma = w / 2` around it. The window is
     gathered (``local_attention``), so the attention costs ``O(L w)``, not ``O(L S)``. Everything
     else is ``LuongDecoder``. The weights returned are spread over the ``S`` source positions
-    (zeros outside the window), for plots and alignment measures; the returned state holds the
-    centres of the steps just taken (``LocalState.centres``).
+    (zeros outside the window), for plots and alignment measures: that copy is a ``(B, L, S)``
+    tensor, made at every call, so the decoder as a whole still writes ``O(L S)`` numbers (the
+    scores and the weighted sum stay ``O(L w)``). The returned state holds the centres of the
+    steps just taken (``LocalState.centres``).
 
     Args:
         config: the model's configuration (``peeky`` must be False).
