@@ -106,6 +106,10 @@ def tiled_attention(
     read, its scores are made and folded into the tile's running maximum ``m``, sum ``l`` and
     weighted sum ``acc`` (chapter 7's online softmax), all in fast memory; the tile's output
     ``acc / l`` is written once.
+
+    It takes no mask: it is the loop whose memory traffic chapter 8 counts, kept to that loop.
+    ``blockwise_attention`` (chapter 7) runs the same online softmax over blocks of keys with
+    ``attn_mask`` and ``is_causal``, as ``scaled_dot_product_attention`` takes them.
     """
     _check("tiled_attention", query, key, value, traffic)
     check_ints("tiled_attention", block_q=block_q, block_k=block_k)
