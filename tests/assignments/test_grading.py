@@ -15,10 +15,10 @@ imports otter once, then runs what ``otter run`` runs for each submission it is 
 the grades (55 then) do not each pay for starting Python and importing otter: 329 s with one
 ``otter run`` process per submission, 232 s this way, on one 2-core machine. Each submission's
 kernel, too, is a process of its own that runs the notebook from its first line, but it is forked
-from a server that has imported ipykernel, PyTorch, otter and the book's package once
-(kernel_server.py; test_kernel_server.py checks that such a kernel sees what a usual one sees):
-the fixture alone took 260 s with usual kernels, 167 s with forked ones, on another 2-core
-machine, and the 55 results.json files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual
+from a server that has imported ipykernel, PyTorch (with the two parts it imports on first use),
+otter and the book's package once (kernel_server.py; test_kernel_server.py checks that such a
+kernel sees what a usual one sees): the fixture alone took 260 s with usual kernels, 167 s with
+forked ones, on another 2-core machine, and the 55 results.json files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual
 kernels; the test of the grading environment built from the zip alone always does (otter's own
 command, a kernel of that environment). Each test then checks its own grade. Assignments 2 and 5
 train a model (their wrong solutions of the other questions cut the training to one step).
