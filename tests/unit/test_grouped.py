@@ -76,3 +76,21 @@ def test_bad_input_is_named():
         GroupedQueryAttention(16, 4, 2)(torch.randn(2, 3, 8))
     with pytest.raises(ValueError, match=r"repeat_kv: repeats must be an int >= 1, got 0"):
         repeat_kv(torch.randn(1, 1, 2, 2), 0)
+
+
+@pytest.mark.parametrize("backend", ["naive", "fast"])
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_grouped_query_attention_matches_pytorchs_enable_gqa(backend, groups):
+    """PyTorch's own grouped-query attention (``enable_gqa=True``) with a mask and causally."""
+    torch.manual_seed(4)
+    B, H, L, S, E, Ev = 2, 6, 5, 7, 8, 3
+    q, k, v = torch.randn(B, H, L, E), torch.randn(B, groups, S, E), torch.randn(B, groups, S, Ev)
+    mask = torch.rand(B, 1, L, S) > 0.3
+    mask[..., 0] = True  # every query keeps a key
+    F = torch.nn.functional
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(grouped_query_attention(q, k, v, mask, backend=backend), expected)
+    k, v = k[:, :, :L], v[:, :, :L]
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5, enable_gqa=True)
+    actual = grouped_query_attention(q, k, v, is_causal=True, scale=0.5, backend=backend)
+    torch.testing.assert_close(actual, expected)
