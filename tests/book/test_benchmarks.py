@@ -184,6 +184,21 @@ def test_quick_run_of_every_script_writes_the_table(tmp_path):
     tables = _check_table(out.read_text(encoding="utf-8"))
     training = next(rows for t, rows in tables.items() if t.startswith(SECTIONS[3]))
     assert len(training) == 4 and all(int(r[1].replace(",", "")) > 100_000 for r in training)  # one row per recipe
+    _check_causal_row(out.read_text(encoding="utf-8"))
+
+
+def _check_causal_row(text: str) -> None:
+    """Section 3's causal row says that the fused kernel it is timed against has no mask."""
+    import run_all
+
+    blockwise = next(rows for t, rows in _sections(text).items() if t.startswith(SECTIONS[2]))
+    causal = [r for r in blockwise if "causal" in r[1]]
+    assert causal and all(r[1] == run_all.CAUSAL_LABEL for r in causal), causal
+    assert run_all.CAUSAL_NOTE in text, "the note under section 3 on what the causal row compares is missing"
+
+
+def test_the_committed_causal_row_says_what_it_compares():
+    _check_causal_row(RESULTS.read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("bad", ["| 256 | forward | 1.0 | 1.0 | 1.00 [1.00, 1.00] | <= 1.05 | |"])
