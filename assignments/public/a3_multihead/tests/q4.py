@@ -26,6 +26,9 @@ def test_q4_shape_and_a_small_case(TransformerBlock, causal_mask):
             got = block(x, causal_mask(3))
             h = block.norm1(x + block.attn(x, causal_mask(3)))
             expected = block.norm2(h + block.ff(h))
+            dropout = not torch.equal(block.train()(x), block.eval()(x))
+        block.train()
+        assert not dropout, "your block gives other outputs in training mode than in evaluation mode: it uses dropout; this question's block has none (the grader's PyTorch block is built with dropout=0.0)"
         assert torch.allclose(got, expected, atol=1e-05), "the output differs from norm2(h + ff(h)) with h = norm1(x + attn(x, mask)): the post-LN block adds each sublayer's output to its input, then normalises"
     finally:
         if guard:
