@@ -29,15 +29,25 @@ NOTES_NAMES = {
 
 
 def entries(text: str) -> dict[str, list[str]]:
-    """English term -> the term's other lines (its Chinese names), in the page's order."""
+    """English term -> the term's other lines (its Chinese names), in the page's order. A term's
+    lines start at the margin; its definition is indented and may hold blank lines (display math)."""
     block = text.split("```{glossary}", 1)[1].split("\n```", 1)[0]
     found: dict[str, list[str]] = {}
-    for paragraph in re.split(r"\n\s*\n", block.strip("\n")):
-        lines = paragraph.split("\n")
-        names = [line for line in lines if line and not line.startswith(" ")]
-        assert names and names == lines[: len(names)], f"an entry without a term line: {paragraph[:60]!r}"
-        assert len(names) < len(lines), f"{names[0]!r} has no indented definition"
-        found[names[0]] = names[1:]
+    names: list[str] = []  # the term lines of the entry being read
+    defined = False
+    for line in block.strip("\n").split("\n"):
+        if line and not line.startswith(" "):  # a term line
+            if defined or not names:  # a new entry
+                assert not names or defined, f"{names[0]!r} has no indented definition"
+                names, defined = [line], False
+                found[line] = []
+            else:  # another name of the same term
+                found[names[0]].append(line)
+                names.append(line)
+        elif line.strip():
+            assert names, f"a definition without a term line: {line[:60]!r}"
+            defined = True
+    assert not names or defined, f"{names[0]!r} has no indented definition"
     return found
 
 

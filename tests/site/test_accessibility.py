@@ -115,6 +115,25 @@ def _images_without_alt(page) -> list[str]:
     ]
 
 
+def _formulas_past_the_column(page) -> list[str]:
+    """Inline formulas wider than the text column at the page's width: MathJax does not break an
+    inline formula, so its end is cut off on a phone. Display formulas scroll; so does anything
+    inside a scrolling box (a table, a cell's output)."""
+    return page.evaluate(
+        """() => {
+            const column = (document.querySelector('article') || document.body).getBoundingClientRect().right;
+            return Array.from(document.querySelectorAll('mjx-container:not([display="true"])')).filter(m => {
+                if (m.getBoundingClientRect().right <= column + 1) return false;
+                for (let e = m.parentElement; e && e !== document.body; e = e.parentElement) {
+                    const overflow = getComputedStyle(e).overflowX;
+                    if (overflow === 'auto' || overflow === 'scroll') return false;
+                }
+                return true;
+            }).map(m => (m.getAttribute('aria-label') || m.textContent).slice(0, 60));
+        }"""
+    )
+
+
 _SLIDERS = """() => Array.from(document.querySelectorAll('.widget-slider [role="slider"]')).map(handle => {
     const ids = (handle.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean);
     const named = ids.map(id => (document.getElementById(id) || {}).textContent || '').join(' ').trim();
@@ -187,6 +206,7 @@ def test_page_is_accessible(opened, page_path):
                 report.append(_report(page_path, f"{mode} mode{width}", violations))
         images = _images_without_alt(page)  # neither depends on the width: checked at the last one
         sliders = _slider_problems(page)
+        formulas = _formulas_past_the_column(page)  # the last scan's width is a phone's
     except BaseException:
         opened.discard()  # the next check of this page starts from a fresh load
         raise
@@ -194,4 +214,7 @@ def test_page_is_accessible(opened, page_path):
         report.append("images without a real alternative text:\n  " + "\n  ".join(images))
     if sliders:
         report.append("widget sliders:\n  " + "\n  ".join(sliders))
+    if formulas:
+        report.append(f"inline formulas cut off at {SCANS[-1][0]['width']} px (make them display math, $$...$$):\n  "
+                      + "\n  ".join(formulas))
     assert not report, f"{page_path}:\n" + "\n".join(report)
