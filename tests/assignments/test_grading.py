@@ -6,8 +6,8 @@ on its question with a message that teaches, and every right answer written othe
 Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
 too: what it installs, and, for the third assignment, that a fresh virtual environment built from
-the zip alone (in a folder attnlab/.venv, as in a course's clone of the book) grades a reference
-and a wrong submission. The session's grades run with their temporary files in a folder named
+the zip alone (in a folder attnlab/.venv, as in a course's clone of the book) grades a submission
+with a mistake in its last question: that question loses points, the others keep full marks. The session's grades run with their temporary files in a folder named
 attnlab too: a rules test must know the book's code by where the package is installed. Every submission is graded once, by a
 session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
 sleeps until the time guard stops it runs beside them, in a process of its own). Each process
@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -310,11 +310,15 @@ def test_the_autograder_zip_holds_its_whole_environment(built, name):
 
 def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, tmp_path):
     """Assignment 3's grading environment built in a fresh virtual environment from the zip alone
-    (no Docker), then a reference and a wrong submission graded with it. Two differences from
-    Gradescope, both of this machine: the zip is unpacked here instead of /autograder/source, and
-    PyTorch's CPU index is left out (the CPU wheel lies on this machine's disk). The environment
-    lies in attnlab/.venv, as in a course's clone of the book: its rules tests must not take
-    PyTorch's own code (nn.Module's, under that path) for the book's."""
+    (no Docker), then a wrong submission graded with it: a mistake in the last question, which loses
+    points with its message, and full marks on the questions before it (their rules tests too). Two differences from Gradescope, both of
+    this machine: the zip is unpacked here instead of /autograder/source, and PyTorch's CPU index is
+    left out (the CPU wheel lies on this machine's disk). The environment's pip is the book's
+    (the Makefile's pin): the one that `python -m venv` bundles (23.2) took 17 s to resolve the
+    environment's 130 packages here, the book's 9 s. The environment lies in attnlab/.venv, as in a
+    course's clone of the book: its rules tests must not take PyTorch's own code (nn.Module's,
+    under that path) for the book's. One submission, not a reference and a wrong one: the grades of
+    the other questions are the reference's (each kernel started as otter starts it took 15 s)."""
     name = "a3_multihead"
     dest = built[name]
     source = tmp_path / "source"
@@ -322,6 +326,7 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
         archive.extractall(source)
     environment, _ = _grader_environment(dest)
     pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    assert "pip" in environment["dependencies"], f"the grading image must have pip: {environment['dependencies']}"
     packages = [p.replace(build.GRADER_FILES, str(source / "files")) for p in pip if not p.startswith("--")]
     # Without PYTHONDONTWRITEBYTECODE (where it is set): the packages install without .pyc files
     # (--no-compile), and each process would compile all it imports again (otter in the grading
@@ -331,30 +336,28 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     env.update(PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off", JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     venv = tmp_path / "attnlab" / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", "-q", *packages],
-                          capture_output=True, text=True, env=env, timeout=1200)
-    assert done.returncode == 0, f"the grading environment did not install:\n{done.stderr[-3000:]}"
-    otter_exe = str(venv / "bin" / "otter")
-    wrong = next(w for w in WRONG if w["assignment"] == name)
-    submissions = {"reference": dest / "autograder" / f"{name}.ipynb",
-                   "wrong": _wrong_notebook(dest, wrong, tmp_path / "wrong.ipynb")}
-
-    def grade_here(kind: str) -> dict[str, dict]:
-        work = tmp_path / kind
-        work.mkdir()
-        shutil.copy(submissions[kind], work / f"{name}.ipynb")
-        run = subprocess.run([otter_exe, "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"), "-o",
-                              str(work), str(work / f"{name}.ipynb")], capture_output=True, text=True, env=env,
-                             timeout=600)
-        assert run.returncode == 0, f"otter run in the grading environment failed on the {kind}:\n{run.stderr[-3000:]}"
-        results = json.loads((work / "results.json").read_text())
-        return {t["name"]: t for t in results["tests"] if t["name"] != "Public Tests"}
-
-    with ThreadPoolExecutor(len(submissions)) as pool:  # both at once: one kernel thread each (env)
-        grades = dict(zip(submissions, pool.map(grade_here, submissions)))
-    assert all(g["score"] == g["max_score"] > 0 for g in grades["reference"].values()), grades["reference"]
-    broken = grades["wrong"][wrong["question"]]
+    python = str(venv / "bin" / "python")
+    book_pip = re.search(r"\bpip==([0-9.]+)", (ROOT / "Makefile").read_text(encoding="utf-8")).group(1)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=env, timeout=300)
+    for step in ([sys.executable, "-m", "pip", "--python", python, "install", "-q", f"pip=={book_pip}"],
+                 [python, "-m", "pip", "install", "--no-compile", "-q", *packages]):
+        done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=1200)
+        assert done.returncode == 0, f"the grading environment did not install:\n{done.stderr[-3000:]}"
+    # a mistake in the last question: the questions before it do not use its code, and keep full marks
+    last = _questions(ROOT / "assignments" / f"{name}.ipynb")[-1][0]
+    wrong = next(w for w in WRONG if w["assignment"] == name and w["question"] == last)
+    work = tmp_path / "wrong"
+    work.mkdir()
+    _wrong_notebook(dest, wrong, work / f"{name}.ipynb")
+    run = subprocess.run([str(venv / "bin" / "otter"), "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"),
+                          "-o", str(work), str(work / f"{name}.ipynb")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, f"otter run in the grading environment failed:\n{run.stderr[-3000:]}"
+    grades = grades_in(work)
+    assert set(grades) == {q for q, *_ in _questions(ROOT / "assignments" / f"{name}.ipynb")}, grades
+    right = {q: g for q, g in grades.items() if q != wrong["question"]}
+    assert right and all(g["score"] == g["max_score"] > 0 for g in right.values()), right
+    broken = grades[wrong["question"]]
     assert broken["score"] < broken["max_score"] and wrong["message"] in broken["output"], broken
 
 

@@ -126,33 +126,24 @@ def test_pip_finds_no_broken_requirements(colab):
     _run([colab.python, "-m", "pip", "check"])
 
 
-def test_every_module_imports_with_colabs_versions(colab, tmp_path):
-    script = textwrap.dedent("""
-        import importlib, pkgutil
-        import attnlab, ipywidgets, matplotlib, numpy, torch, tqdm
+# What the kernel of the Colab environment runs before the chapter, in a fresh process: every module
+# of the package imported (the chapter imports only some of them).
+IMPORTS = textwrap.dedent("""
+    import importlib, json, pkgutil
+    import attnlab, ipywidgets, matplotlib, numpy, torch, tqdm
 
-        names = [m.name for m in pkgutil.walk_packages(attnlab.__path__, "attnlab.")]
-        for name in names:
-            importlib.import_module(name)
-        print(json.dumps({"modules": names, "file": attnlab.__file__, "version": attnlab.__version__,
-                          "ipywidgets": ipywidgets.__version__}))
-    """)
-    out = json.loads(_run([colab.python, "-c", "import json\n" + script], cwd=tmp_path).splitlines()[-1])
-    assert out["file"].startswith(str(colab.venv)), f"attnlab came from {out['file']}, not the wheel"
-    assert out["version"] == VERSION and out["ipywidgets"] == "7.7.1"
-    expected = {
-        "attnlab." + ".".join(p.relative_to(ROOT / "src" / "attnlab").with_suffix("").parts)
-        for p in (ROOT / "src" / "attnlab").rglob("*.py")
-        if p.name != "__init__.py"
-    }
-    assert expected <= set(out["modules"]), f"not imported: {sorted(expected - set(out['modules']))}"
+    names = [m.name for m in pkgutil.walk_packages(attnlab.__path__, "attnlab.")]
+    for name in names:
+        importlib.import_module(name)
+    print("IMPORTS", json.dumps({"modules": names, "file": attnlab.__file__, "version": attnlab.__version__,
+                                 "ipywidgets": ipywidgets.__version__}))
+""")
 
-
-def test_the_sliders_work_with_ipywidgets_7(colab, tmp_path):
-    # ipywidgets 7 has no Stack: the sliders swap one picture through the kernel (see viz.py).
-    script = textwrap.dedent("""
-        import matplotlib
-        matplotlib.use("Agg")
+# ... and after it: the slider helpers driven under ipywidgets 7, which has no Stack (the sliders
+# swap one picture through the kernel, see viz.py); then where the kernel's code came from.
+SLIDERS = textwrap.dedent("""
+    import traceback
+    try:
         import ipywidgets as widgets
         import matplotlib.pyplot as plt
         import attnlab
@@ -174,46 +165,91 @@ def test_the_sliders_work_with_ipywidgets_7(colab, tmp_path):
         (rows, cols), image = box.children[0].children, box.children[1]
         first = bytes(image.value)
         cols.value = 0.8
-        assert bytes(image.value) != first
-        print("sliders ok")
-    """)
-    assert "sliders ok" in _run([colab.python, "-c", script], cwd=tmp_path)
+        assert bytes(image.value) != first, "the picture did not change with the second slider"
+        print("SLIDERS ok")
+    except Exception:
+        print("SLIDERS", traceback.format_exc().replace("\\n", " | "))
+""")
+KERNEL_INFO = ("import json, sys, attnlab, ipywidgets, torch\n"
+               "print('KERNEL', json.dumps([sys.executable, attnlab.__file__, ipywidgets.__version__, torch.__version__]))")
 
 
-def test_a_chapter_runs_with_colabs_versions(colab, tmp_path):
+@pytest.fixture(scope="module")
+def colab_kernel(colab, tmp_path_factory) -> dict[str, str]:
+    """One kernel of the Colab environment (started from a folder outside the repository) runs
+    the imports, chapters/00_preliminaries.ipynb and the sliders, in that order: one kernel instead
+    of three processes that each imported torch and matplotlib (25 s of the tests here, 13 s in one kernel).
+    -> what each part printed after its tag (IMPORTS, SLIDERS, KERNEL), or the run's error."""
+    root = tmp_path_factory.mktemp("colab-kernel")
     # A kernel of the Colab environment under a name of its own, so that no python3 kernel
     # installed elsewhere on the machine (user or system Jupyter paths) can be picked instead.
-    kernels = tmp_path / "jupyter" / "kernels" / KERNEL
+    kernels = root / "jupyter" / "kernels" / KERNEL
     kernels.mkdir(parents=True)
     spec = {"argv": [str(colab.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "Colab versions", "language": "python"}
     (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     env = _env()
-    env.update(JUPYTER_PATH=str(tmp_path / "jupyter"), JUPYTER_PLATFORM_DIRS="1")
+    env.update(JUPYTER_PATH=str(root / "jupyter"), JUPYTER_PLATFORM_DIRS="1")
 
-    workdir = tmp_path / "reader"
+    workdir = root / "reader"
     workdir.mkdir()
     notebook = workdir / CHAPTER.name
     shutil.copy(CHAPTER, notebook)
+    parts = root / "parts.json"
+    parts.write_text(json.dumps({"imports": IMPORTS, "sliders": SLIDERS, "kernel": KERNEL_INFO}), encoding="utf-8")
     script = textwrap.dedent(f"""
-        import json, sys
+        import json
         import nbformat
         from nbclient import NotebookClient
 
+        parts = json.loads(open({str(parts)!r}, encoding="utf-8").read())
         nb = nbformat.read({str(notebook)!r}, as_version=4)
-        nb.cells.append(nbformat.v4.new_code_cell(
-            "import json, sys, attnlab, ipywidgets, torch\\n"
-            "print(json.dumps([sys.executable, attnlab.__file__, ipywidgets.__version__, torch.__version__]))"))
+        nb.cells = ([nbformat.v4.new_code_cell(parts["imports"])] + nb.cells
+                    + [nbformat.v4.new_code_cell(parts["sliders"]), nbformat.v4.new_code_cell(parts["kernel"])])
         # Raises CellExecutionError on any error that a cell does not expect (raises-exception tag).
         NotebookClient(nb, kernel_name={KERNEL!r}, timeout=600,
                        resources={{"metadata": {{"path": {str(workdir)!r}}}}}).execute()
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                   if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
         assert not errors, errors
-        print("KERNEL", nb.cells[-1].outputs[0].text.strip())
+        for cell in (nb.cells[0], nb.cells[-2], nb.cells[-1]):
+            print("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
     """)
-    out = _run([colab.python, "-c", script], env=env, cwd=workdir)
-    executable, attnlab_file, ipywidgets_version, torch_version = json.loads(out.split("KERNEL", 1)[1])
+    result = subprocess.run([str(colab.python), "-c", script], capture_output=True, text=True, timeout=900,
+                            env=env, cwd=workdir)
+    printed = {}
+    for line in result.stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag in ("IMPORTS", "SLIDERS", "KERNEL"):
+            printed[tag] = rest
+    printed["error"] = "" if result.returncode == 0 else (result.stdout[-3000:] + result.stderr[-4000:])
+    return printed
+
+
+def _part(colab_kernel: dict[str, str], tag: str) -> str:
+    assert not colab_kernel["error"], f"the Colab kernel's run failed:\n{colab_kernel['error']}"
+    assert tag in colab_kernel, f"the Colab kernel printed no {tag} line: {colab_kernel}"
+    return colab_kernel[tag]
+
+
+def test_every_module_imports_with_colabs_versions(colab, colab_kernel):
+    out = json.loads(_part(colab_kernel, "IMPORTS"))
+    assert out["file"].startswith(str(colab.venv)), f"attnlab came from {out['file']}, not the wheel"
+    assert out["version"] == VERSION and out["ipywidgets"] == "7.7.1"
+    expected = {
+        "attnlab." + ".".join(p.relative_to(ROOT / "src" / "attnlab").with_suffix("").parts)
+        for p in (ROOT / "src" / "attnlab").rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert expected <= set(out["modules"]), f"not imported: {sorted(expected - set(out['modules']))}"
+
+
+def test_the_sliders_work_with_ipywidgets_7(colab_kernel):
+    assert _part(colab_kernel, "SLIDERS") == "ok", _part(colab_kernel, "SLIDERS")
+
+
+def test_a_chapter_runs_with_colabs_versions(colab, colab_kernel):
+    executable, attnlab_file, ipywidgets_version, torch_version = json.loads(_part(colab_kernel, "KERNEL"))
     assert executable.startswith(str(colab.venv)), f"the kernel ran {executable}, not the Colab environment"
     assert attnlab_file.startswith(str(colab.venv)), f"the chapter imported attnlab from {attnlab_file}"
     assert (ipywidgets_version, torch_version.split("+")[0]) == ("7.7.1", TORCH.split("==")[1])
