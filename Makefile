@@ -5,6 +5,7 @@
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
 #   make assignments  student notebooks and autograder zips into _build/assignments
 #   make bench     benchmarks against PyTorch, written to benchmarks/results.md
+#   make screenshots  a full-page screenshot of every page of the site into _build/screenshots/
 #   make test-gpu  the whole verification on a CUDA machine (its own Python and torch; see README.md)
 #   make gpu-wheels  download, here, the wheels test-gpu needs on a CUDA machine without a network
 
@@ -20,7 +21,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book book-student vendor test test-gpu gpu-wheels execute browser clean distclean bench assignments
+.PHONY: all install book book-student vendor test screenshots test-gpu gpu-wheels execute browser clean distclean bench assignments
 
 all: book
 
@@ -117,6 +118,13 @@ test: browser
 	$(PY) scripts/junit_times.py --folders _build/test-results-site.xml _build/test-results.xml \
 		_build/test-results-alone.xml || true; \
 	[ $$site -eq 0 ] || exit $$site; [ $$status -eq 0 ] || exit $$status; exit $$alone
+
+# make test saves each page's first screen (tests/site/test_site.py); this saves each page whole,
+# for a person to read the site as a reader scrolls it (33 core-seconds that check nothing).
+screenshots: browser book
+	ATTNLAB_FULL_PAGE_SHOTS=1 $(PY) -m pytest tests/site/test_site.py -k test_page_renders_offline -n 3 \
+		--dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS)
+	@echo "make screenshots: _build/screenshots/"
 
 # On a CUDA machine: unit tests on every device, every chapter on the GPU (portable nbval), GPU
 # benchmarks. Uses the machine's own python3 and torch (PYTHON=... to choose), not .venv.
