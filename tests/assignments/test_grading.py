@@ -7,8 +7,8 @@ Grades with ``otter run`` (no Docker) against the autograder zip that ``make ass
 builds; the build here goes to a temporary folder. The zip's own grading environment is checked
 too: what it installs, and, for the third assignment, that a fresh virtual environment built from
 the zip alone (in a folder attnlab/.venv, as in a course's clone of the book) grades a submission
-with a mistake in its last question: that question loses points, the others keep full marks. The session's grades run with their temporary files in a folder named
-attnlab too: a rules test must know the book's code by where the package is installed. Every submission is graded once, by a
+with a mistake in its last question: that question loses points, the others keep full marks.
+The session's grades run with their temporary files in a folder named attnlab too: a rules test must know the book's code by where the package is installed. Every submission is graded once, by a
 session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
 sleeps until the time guard stops it runs beside them, in a process of its own). Each process
 imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
@@ -310,15 +310,16 @@ def test_the_autograder_zip_holds_its_whole_environment(built, name):
 
 def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, tmp_path):
     """Assignment 3's grading environment built in a fresh virtual environment from the zip alone
-    (no Docker), then a wrong submission graded with it: a mistake in the last question, which loses
-    points with its message, and full marks on the questions before it (their rules tests too). Two differences from Gradescope, both of
-    this machine: the zip is unpacked here instead of /autograder/source, and PyTorch's CPU index is
-    left out (the CPU wheel lies on this machine's disk). The environment's pip is the book's
-    (the Makefile's pin): the one that `python -m venv` bundles (23.2) took 17 s to resolve the
-    environment's 130 packages here, the book's 9 s. The environment lies in attnlab/.venv, as in a
-    course's clone of the book: its rules tests must not take PyTorch's own code (nn.Module's,
-    under that path) for the book's. One submission, not a reference and a wrong one: the grades of
-    the other questions are the reference's (each kernel started as otter starts it took 15 s)."""
+    (no Docker), then a wrong submission graded with it: a mistake in the last question loses
+    points with its message, and the questions before it keep full marks (their rules tests too).
+    Two differences from Gradescope, both of this machine: the zip is unpacked here instead of
+    /autograder/source, and PyTorch's CPU index is left out (the CPU wheel lies on this machine's
+    disk). The environment's pip is the book's (the Makefile's pin): the one that `python -m venv`
+    bundles (23.2) took 17 s to resolve the environment's 130 packages here, the book's 9 s. The
+    environment lies in attnlab/.venv, as in a course's clone of the book: its rules tests must not
+    take PyTorch's own code (nn.Module's, under that path) for the book's. One submission, where a
+    reference and a wrong one were graded before: the questions before the mistake are graded as
+    the reference's are (this test alone: 47 s before, 41 s now, on one 2-core machine)."""
     name = "a3_multihead"
     dest = built[name]
     source = tmp_path / "source"

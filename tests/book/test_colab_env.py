@@ -9,13 +9,13 @@ the package must then work with those versions. Here, in a fresh virtual environ
    colab_versions.txt), then Colab's versions of everything else in that file;
 2. the wheel built from this tree, installed with its declared dependencies (not --no-deps), and
    pip's list of installed packages compared before and after: attnlab is the only change;
-3. every module of attnlab imported, the slider helpers driven under ipywidgets 7, and
-   chapters/00_preliminaries.ipynb executed by a kernel of that environment (ipykernel 6.17.1,
-   Colab's) from a folder outside the repository.
+3. in one kernel of that environment (ipykernel 6.17.1, Colab's), started from a folder outside
+   the repository: every module of attnlab imported, chapters/00_preliminaries.ipynb executed,
+   and the slider helpers driven under ipywidgets 7.
 
 Marked `colab` (select with `-m colab`, skip with `-m "not colab"`); it runs in `make test`. It
-needs PyPI, or a pip cache that already holds these versions: about 3 minutes on 2 cores with a
-warm cache, most of it unpacking torch. On a machine whose PyPI torch is a CUDA build (any Linux
+needs PyPI, or a pip cache that already holds these versions: 34 s alone on 2 cores here, with
+the wheels on disk (20 s of it installing). On a machine whose PyPI torch is a CUDA build (any Linux
 without a local CPU wheel), point pip at PyTorch's CPU index first, as the CI workflow does
 (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
 """
