@@ -5,12 +5,14 @@
 and in portable mode (`pytest --nbval-lax`: every cell runs and must not raise, only cells tagged
 `nbval-check-output` are compared) anywhere else; scripts/nbval_mode.py chooses. These tests run
 the same commands on copies of a small fixture notebook and of a real chapter, with and without
-tampering, and check the choice of mode. The last two check what the runs on several workers
-rely on: the root conftest.py's OpenMP wait policy, and pytest-xdist's groups.
+tampering, and check the choice of mode. Two check what the runs on several workers rely on: the
+root conftest.py's OpenMP wait policy, and pytest-xdist's groups; the last, that the runs started
+here leave pytest's temporary folders of other runs alone.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
@@ -32,11 +34,23 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 
 
+def _pytest(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess:
+    """``pytest ARGS`` in a process of its own, in ``cwd``, as these tests start it (without the
+    calling run's PYTEST_ variables), with its temporary folders in ``cwd/.basetemp``. Without
+    --basetemp a run makes a numbered folder under /tmp/pytest-of-USER (an xdist run always
+    does: its workers' folders) and, as it ends, deletes all but the newest three there: a run
+    started from a test deleted the folders of the user's earlier `make test`, with their Colab
+    and grading environments (GBs: two Colab environments took 6.4 s to delete on a quiet
+    machine), and the test that started it took 50 to 82 s beside the grading instead of 3 s."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PYTEST_")}
+    return subprocess.run([*PYTEST, "--basetemp", str(cwd / ".basetemp"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
 def _nbval(notebook: Path, flag: str = "--nbval") -> subprocess.CompletedProcess:
-    command = [*PYTEST, flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE), "-q",
-               "--rootdir", str(notebook.parent)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run(command, cwd=notebook.parent, capture_output=True, text=True, timeout=300, env=env)
+    return _pytest([flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir",
+                    str(notebook.parent)], notebook.parent)
 
 
 def _alter(path: Path, cell_index: int, old: str, new: str) -> None:
@@ -112,10 +126,8 @@ def harness_runs(tmp_path_factory) -> dict[tuple[str, str], dict]:
                 (root / name).mkdir()
                 make(root / name / "harness.ipynb")
                 notebooks.append(f"{name}/harness.ipynb")
-        command = [*PYTEST, flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir", str(root),
-                   "--junitxml", str(root / "results.xml")]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600, env=env)
+        done = _pytest([flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir", str(root),
+                        "--junitxml", str(root / "results.xml")], root, timeout=600)
         assert (root / "results.xml").exists(), done.stdout[-3000:] + done.stderr[-3000:]
         for name in (n.split("/")[0] for n in notebooks):
             results[flag, name] = {"passed": 0, "failed": 0, "text": ""}
@@ -282,12 +294,11 @@ def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
     (tmp_path / "test_policy.py").write_text(
         "import os\n\n\ndef test_policy():\n"
         f"    open({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset'))\n")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "OMP_WAIT_POLICY"}
+    clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     for workers, preset, expected in [(["-n", "2"], None, "PASSIVE"), ([], None, "unset"),
                                       (["-n", "2"], "ACTIVE", "ACTIVE")]:
         env = clean if preset is None else {**clean, "OMP_WAIT_POLICY": preset}
-        result = subprocess.run([*PYTEST, *workers, "test_policy.py", "-q", "--rootdir", str(tmp_path)], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120, env=env)
+        result = _pytest([*workers, "test_policy.py", "-q", "--rootdir", str(tmp_path)], tmp_path, env=env, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         assert seen.read_text() == expected, (workers, preset, seen.read_text())
 
@@ -307,9 +318,25 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
             f"def test_grouped(i):\n    open({str(seen)!r} + f'/grouped-{name}{{i}}', 'w').write("
             "os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
             "@pytest.mark.parametrize('i', range(4))\ndef test_alone(i):\n    pass\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run([*PYTEST, "-n", "2", "--dist", "loadgroup", "-q", "--rootdir", str(tmp_path)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = _pytest(["-n", "2", "--dist", "loadgroup", "-q", "--rootdir", str(tmp_path)], tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     workers = {p.name: p.read_text() for p in seen.iterdir()}
     assert len(workers) == 8 and len(set(workers.values())) == 1, f"one group ran on several workers: {workers}"
+
+
+def test_a_run_started_here_leaves_other_runs_temporary_folders_alone(tmp_path):
+    """pytest keeps the newest three of its numbered folders under TMPDIR/pytest-of-USER and
+    deletes the rest as a run ends: the runs these tests start must not (they would delete the
+    folders of the user's earlier `make test`, with their environments). Four folders of earlier
+    runs here, then an xdist run started as the tests above start theirs: all four are kept."""
+    temp = tmp_path / "tmp"
+    earlier = [temp / f"pytest-of-{getpass.getuser()}" / f"pytest-{i}" for i in range(4)]
+    for folder in earlier:
+        folder.mkdir(parents=True)
+        (folder / "kept.txt").write_text("an earlier run's file")
+    (tmp_path / "test_one.py").write_text("def test_one(tmp_path):\n    assert tmp_path.is_dir()\n")
+    result = _pytest(["-n", "2", "test_one.py", "-q", "--rootdir", str(tmp_path)], tmp_path,
+                     env={**os.environ, "TMPDIR": str(temp)}, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    gone = [f.name for f in earlier if not (f / "kept.txt").exists()]
+    assert not gone, f"the run deleted earlier runs' temporary folders: {gone}"
