@@ -9,7 +9,8 @@ saved is the imports' time (a module already imported is only bound again by ``i
 
 How a kernel starts (Linux only: ``os.pidfd_open``, ``socket.send_fds``):
 
-- ``serve SOCKET``: the server. It imports PRELOAD, listens on the Unix socket SOCKET, and for
+- ``serve SOCKET [MODULE ...]``: the server. It imports PRELOAD (or the modules named, where a
+  test needs a server and not its imports), listens on the Unix socket SOCKET, and for
   each request forks a child that becomes the kernel: the launcher's standard streams, working
   directory, environment and connection file, ``sys.path`` as ``python -m ipykernel_launcher``
   leaves it (IPython adds the working directory as ``''``), Python's, NumPy's and PyTorch's
@@ -213,13 +214,13 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(socket_path: str) -> None:
-    """The server: import PRELOAD, then fork a kernel for each request until terminated, or until
-    the process that started it has gone (a test run killed before it could stop the server)."""
+def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD) -> None:
+    """The server: import ``preload``, then fork a kernel for each request until terminated, or
+    until the process that started it has gone (a test run killed before it could stop the server)."""
     import importlib
 
     parent = os.getppid()
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     assert len(os.listdir("/proc/self/task")) == 1, "the server must have one thread to fork (OMP_NUM_THREADS=1)"
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
@@ -251,8 +252,8 @@ def serve(socket_path: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], tuple(sys.argv[3:]) or PRELOAD)
     elif sys.argv[1] == "launch":
         sys.exit(launch(sys.argv[2], sys.argv[3:]))
     else:
-        sys.exit(f"usage: {sys.argv[0]} serve SOCKET | launch SOCKET -f CONNECTION_FILE")
+        sys.exit(f"usage: {sys.argv[0]} serve SOCKET [MODULE ...] | launch SOCKET -f CONNECTION_FILE")
