@@ -21,7 +21,8 @@ kernel sees what a usual one sees): the fixture alone took 260 s with usual kern
 forked ones, on another 2-core machine, and the 55 results.json files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual
 kernels; the test of the grading environment built from the zip alone always does (otter's own
 command, a kernel of that environment). Each test then checks its own grade. Assignments 2 and 5
-train a model (their wrong solutions of the other questions cut the training to one step).
+train a model (their wrong solutions of the questions before the training cut it to one step, and
+the notebook's held-out evaluation to 16 dates: the grader evaluates a model of its own).
 """
 
 from __future__ import annotations
