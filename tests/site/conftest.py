@@ -130,7 +130,11 @@ class OpenedPages:
         ``viewport`` (VIEWPORT unless given) in the colour ``mode``, resized and switched in place."""
         if self.path != page_path:
             self.path = None
-            self._open(page_path)
+            try:
+                self._open(page_path)
+            except BaseException:
+                self.discard()  # a tab that failed to open a page is not used again
+                raise
             self.path = page_path
         viewport = viewport or VIEWPORT
         if self.page.viewport_size != viewport:
@@ -151,10 +155,13 @@ class OpenedPages:
         ``self.problems``, whichever page is open) the first time, and back at VIEWPORT with the
         open page's storage cleared afterwards."""
         if self.page is not None:
-            self.page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
-            if self.page.viewport_size != VIEWPORT:
-                self.page.set_viewport_size(VIEWPORT)
-            return self.page
+            try:
+                self.page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
+                if self.page.viewport_size != VIEWPORT:
+                    self.page.set_viewport_size(VIEWPORT)
+                return self.page
+            except Exception:  # noqa: BLE001 (a tab that no longer answers: a new one below)
+                self.discard()
         context = self.browser.new_context(viewport=VIEWPORT, device_scale_factor=DEVICE_SCALE)
         page = context.new_page()
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"console error: {m.text}"))

@@ -1,6 +1,7 @@
 """The checks' tab goes from page to page (tests/site/conftest.py, `OpenedPages`), and each page
 still opens as a first visit: at the checks' window size, with nothing stored by the page before
-(the colour mode it was switched to), and with only its own problems recorded."""
+(the colour mode it was switched to), and with only its own problems recorded; a tab that no
+longer answers (its renderer crashed, its context closed) gives way to a new one."""
 
 from __future__ import annotations
 
@@ -29,5 +30,16 @@ def test_each_page_in_the_tab_opens_as_a_first_visit(browser, server):
         pages.discard()  # as a failed check does: the next page opens in a new browser context
         page, _ = pages.get("book/notation.html")
         assert page is not first and page.evaluate("() => window.attnlabAtLoad") is None
+    finally:
+        pages.discard()
+
+
+def test_a_tab_that_no_longer_answers_is_replaced(browser, server):
+    pages = OpenedPages(browser, server)
+    try:
+        first, _ = pages.get("book/notation.html")
+        first.context.close()  # as a renderer that crashed leaves it
+        page, problems = pages.get("book/glossary.html")
+        assert page is not first and page.evaluate("() => document.title"), problems
     finally:
         pages.discard()
