@@ -363,10 +363,11 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     assert broken["score"] < broken["max_score"] and wrong["message"] in broken["output"], broken
 
 
-def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip_it(tmp_path):
+def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip_it(built, tmp_path):
     """`make assignments` stops when the solution fails its own tests (otter assign grades it);
     the `built` fixture skips that run (the reference is graded with the zip instead), and the
-    build then succeeds. The solution broken here is the first wrong solution of assignment 1."""
+    build then succeeds. The solution broken here is the first wrong solution of assignment 1.
+    The wheel is the one the `built` fixture made (building another took 2.5 s)."""
     wrong = next(w for w in WRONG if w["assignment"] == "a1_three_stages")
     nb = nbformat.read(ROOT / "assignments" / "a1_three_stages.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]
@@ -375,7 +376,7 @@ def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip
     source.parent.mkdir()
     nbformat.write(nb, source)
     _, env = build.workers()
-    wheel = build.build_wheel(tmp_path)
+    wheel = built["a1_three_stages"].parent / "dist" / f"attnlab-{build.VERSION}-py3-none-any.whl"
     with pytest.raises(RuntimeError, match="otter assign failed for a1_three_stages"):
         build.build(source, tmp_path / "graded", env, wheel)
     dest = build.build(source, tmp_path / "skipped", env, wheel, run_tests=False)
