@@ -410,9 +410,13 @@ def test_untouched_student_version_scores_zero(built, graded, name):
 
 @pytest.mark.parametrize("wrong", WRONG, ids=[_wrong_id(w) for w in WRONG])
 def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
-    g = _grades(graded, f"wrong/{_wrong_id(wrong)}")[wrong["question"]]
+    grades = _grades(graded, f"wrong/{_wrong_id(wrong)}")
+    g = grades[wrong["question"]]
     assert g["score"] < g["max_score"], f"{wrong['mistake']!r} kept full marks on {wrong['question']}"
     assert wrong["message"] in g["output"], f"message {wrong['message']!r} not shown; output:\n{g['output']}"
+    if wrong.get("tampering"):  # the sealed grading: nothing for any question, and the reason said
+        scores = {q: x["score"] for q, x in grades.items()}
+        assert set(scores.values()) == {0}, f"{wrong['mistake']!r} earned points: {scores}"
 
 
 @pytest.mark.parametrize("other", OTHER, ids=[_wrong_id(o) for o in OTHER])
