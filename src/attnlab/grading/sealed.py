@@ -91,6 +91,7 @@ class _Sealed:
         import torch
         import torch._dynamo  # noqa: F401 (on first import it rebinds torch.manual_seed: before the snapshot)
         import torch.distributed.tensor  # noqa: F401 (the first assert_close imports it)
+        import torch.nn.attention.flex_attention  # noqa: F401 (its import patches nn.Module.__init__)
         import otter.test_files  # noqa: F401 (watched: a notebook may patch it)
 
         self.key = bytes.fromhex(setup["key"])
