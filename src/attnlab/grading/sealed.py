@@ -7,8 +7,8 @@ hook, and the harness keeps no other reference to its state: the key lives in th
 which the student's code could reach only through the call stack or the garbage collector, and
 the hook refuses both to it.
 
-The last cell raises the audit event ``attnlab.sealed.grade`` with the token. The hook then runs
-every test with a profiler on, checks what the tests rely on after each, and writes the outcomes,
+The last cell raises the audit event ``attnlab.sealed.grade`` with the token, then
+``attnlab.sealed.run``. The hook then runs every test with a profiler on, checks what the tests rely on after each, and writes the outcomes,
 signed (HMAC-SHA256), where the set-up said. Any tampering found (a changed function, method or
 module, the student's code running inside a test's own checks, a refused operation) fails every
 test with a message that names it.
@@ -46,12 +46,15 @@ SKIPPED = {"builtins": {"_", "__IPYTHON__", "display", "get_ipython", "exit", "q
 # a dunder, and these. The other dunders (__eq__, __bool__, __torch_function__, ...) answer for an
 # object when a test compares it: none of the student's may run inside a test.
 CALLABLE_DUNDERS = {"__init__", "__new__", "__call__", "__post_init__"}
-# Audit events refused to the student's code (see _policy for which, and when).
+# Audit events refused to the student's code (see _Sealed.policy for which, and when).
 FRAMES = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile"}
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 INTROSPECTION = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}
 PROCESSES = {"os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
              "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg"}
+# Refused when the student's code asks for them through any library (IPython's own open()
+# wraps io.open); the others only when asked directly, or through the helper modules below.
+BY_PROXY = PROCESSES | {"open"}
 FUNCTION_PARTS = {"__code__", "__globals__", "__defaults__", "__kwdefaults__", "__closure__"}
 
 
@@ -91,7 +94,11 @@ class _Sealed:
         import torch
         import torch._dynamo  # noqa: F401 (on first import it rebinds torch.manual_seed: before the snapshot)
         import torch.distributed.tensor  # noqa: F401 (the first assert_close imports it)
-        import torch.nn.attention.flex_attention  # noqa: F401 (its import patches nn.Module.__init__)
+        from torch._dynamo.mutation_guard import install_generation_tagging_init
+
+        # dynamo's first compile (flex_attention's, for one) rebinds nn.Module.__init__ and
+        # __setstate__ once: done here, before the snapshot, it is not taken for the student's
+        install_generation_tagging_init()
         import otter.test_files  # noqa: F401 (watched: a notebook may patch it)
 
         self.key = bytes.fromhex(setup["key"])
@@ -105,7 +112,6 @@ class _Sealed:
         self.student_codes: set = set()
         self.violations: list[str] = []
         self.armed = self.graded = False
-        self.grading = False
         self.in_hook = False
         self.sanctioned: set = set()
         self.top_calls: set[int] = set()
@@ -182,9 +188,13 @@ class _Sealed:
         if refusal is None:
             return
         frame = self.frame(1)
-        while frame is not None and frame.f_code.co_filename in self.helpers:
-            frame = frame.f_back
-        if frame is not None and self.is_student(frame.f_code):
+        if event in BY_PROXY:  # a library that opens a file or starts a process does it for its caller
+            student = self.caller(frame) == "student"
+        else:
+            while frame is not None and frame.f_code.co_filename in self.helpers:
+                frame = frame.f_back
+            student = frame is not None and self.is_student(frame.f_code)
+        if student:
             if os.environ.get("ATTNLAB_SEALED_DEBUG"):
                 f, where = self.frame(1), []
                 while f is not None and len(where) < 8:
