@@ -119,9 +119,9 @@ class SealedGrading(AbstractOtterPlugin):
         outcome = run_sealed(self.submission_path, os.path.join(submission_dir, "tests"), protected,
                              int((self.plugin_config or {}).get("timeout", DEFAULT_TIMEOUT)))
         outcomes = outcome[0] if outcome else {}
+        missing = (False, "❌ Test case failed\n" + NO_RESULT)
         for name, test_file in results.results.items():
             cases = {case_name: (passed, message) for case_name, passed, message in outcomes.get(name, [])}
             test_file.test_case_results = [
-                TestCaseResult(test_case=case, passed=cases.get(case.name, (False, ""))[0],
-                               message=cases.get(case.name, (False, "❌ Test case failed\n" + NO_RESULT))[1])
-                for case in test_file.test_cases]
+                TestCaseResult(test_case=case, passed=passed, message=message)
+                for case in test_file.test_cases for passed, message in [cases.get(case.name, missing)]]
