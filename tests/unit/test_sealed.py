@@ -53,3 +53,31 @@ def test_the_sealed_notebook_runs_the_harness_first_and_the_grading_last():
     assert [c.source for c in cells[1:3]] == ["x = 1", "y = 2"]
     assert "sys.audit('attnlab.sealed.grade', 'TOKEN')" in cells[-1].source
     assert cells[-1].source.index("sealed.grade") < cells[-1].source.index("sealed.run")
+
+
+def test_a_kernel_that_dies_while_starting_is_started_again(tmp_path, monkeypatch):
+    """A kernel that dies before it runs a cell (it happens with several starting at once) is
+    no reason for a submission to lose its grade: the sealed run starts another, once."""
+    import ast
+    import json
+
+    import nbclient
+
+    from attnlab.grading import plugin
+
+    calls = []
+
+    def execute(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(plugin.KERNEL_DIED_STARTING)
+        setup = json.loads(open(ast.literal_eval(self.nb.cells[0].source.split("install(")[1].split(")")[0])).read())
+        with open(setup["result"], "wb") as f:
+            f.write(_signed(bytes.fromhex(setup["key"]), PAYLOAD))
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", execute)
+    submission = tmp_path / "s.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), submission)
+    (tmp_path / "tests").mkdir()
+    outcome = plugin.run_sealed(str(submission), str(tmp_path / "tests"), [str(tmp_path)])
+    assert len(calls) == 2 and outcome is not None and outcome[0]["q1"][0] == ("q1 - 1", True, "ok")

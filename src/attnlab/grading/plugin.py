@@ -33,6 +33,7 @@ NO_RESULT = ("The grader received no result from your notebook: it ended the gra
              "with os._exit, exit() or an error that killed the kernel), or ran past the time limit, or "
              "removed the grader's result. Every question scores 0: make sure the notebook runs from top to "
              "bottom, then hand it in again.")
+KERNEL_DIED_STARTING = "Kernel died before replying to kernel_info"  # jupyter_client's words
 DEFAULT_TIMEOUT = 1800  # seconds for one cell of the sealed run (the trainings of assignments 2 and 5 included)
 
 
@@ -85,12 +86,15 @@ def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeo
             json.dump({"key": key.hex(), "token": token, "tests": tests, "result": str(result),
                        "protected": [os.path.abspath(p) for p in protected]}, f)
         notebook = sealed_notebook(nbformat.read(submission_path, as_version=4), str(setup), token)
-        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(work)}})
-        try:
-            client.execute()
-        except Exception:  # noqa: BLE001 (a dead kernel, a cell past its time: no result, said below)
-            pass
+        for attempt in range(2):  # a kernel that dies while it starts, before any cell, is started again
+            client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                    resources={"metadata": {"path": str(work)}})
+            try:
+                client.execute()
+            except Exception as error:  # noqa: BLE001 (a dead kernel, a cell past its time: no result)
+                if KERNEL_DIED_STARTING in str(error) and attempt == 0:
+                    continue
+            break
         if os.environ.get("ATTNLAB_SEALED_DEBUG"):  # the sealed run's outputs, for a maintainer to read
             nbformat.write(notebook, os.environ["ATTNLAB_SEALED_DEBUG"])
         return read_result(result, key)
