@@ -8,7 +8,7 @@
 - What cannot read either (a notebook's Colab install line runs before anything is installed;
   Jupyter Book reads only _config.yml) names them again, and is checked here: every chapter's
   setup cell installs exactly that tag from exactly that address, and the Colab links open
-  the notebooks at that tag. README.md, "Releases and publishing", says how to cut a release.
+  the notebooks at that tag. CONTRIBUTING.md, "Releases and publishing", says how to cut a release.
 """
 
 from __future__ import annotations
@@ -86,12 +86,19 @@ def test_an_assignment_installs_this_release_on_colab(path):
     assert installs == [ASSIGNMENT_INSTALL], f"{path.name}: the install line must be\n{ASSIGNMENT_INSTALL}\nfound {installs}"
 
 
-@pytest.mark.parametrize("name", ["book/how-to-use.md", "README.md"])
+@pytest.mark.parametrize("name", ["book/how-to-use.md", "CONTRIBUTING.md"])
 def test_the_docs_show_the_same_install_line_and_tag(name):
     text = (ROOT / name).read_text(encoding="utf-8")
     assert INSTALL_LINE in text, f"{name} must show the setup cell's install line:\n{INSTALL_LINE}"
     stale = sorted(set(re.findall(r"\bv\d+\.\d+\.\d+\b", text)) - {TAG})
     assert not stale, f"{name} names the tags {stale}; the current release is {TAG}"
+
+
+def test_the_readme_names_no_stale_tag():
+    """The README names no release tag but the current one (the install line is in CONTRIBUTING.md)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    stale = sorted(set(re.findall(r"\bv\d+\.\d+\.\d+\b", text)) - {TAG})
+    assert not stale, f"README.md names the tags {stale}; the current release is {TAG}"
 
 
 def test_the_colab_links_open_this_release():
@@ -115,9 +122,10 @@ def test_the_colab_links_open_this_release():
     assert link == f"https://colab.research.google.com/github/{org_repo}/blob/{TAG}/chapters/{CHAPTERS[0].name}"
 
 
-def test_the_readme_explains_the_release():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "## Releases and publishing" in readme
-    section = readme.split("## Releases and publishing", 1)[1].split("\n## ", 1)[0]
-    for needed in ("pyproject.toml", "v<version>", "_config.yml", "git tag", "make test"):
-        assert needed in section, f"README's release section does not mention {needed!r}"
+def test_contributing_explains_the_release():
+    """CONTRIBUTING.md's release section names the version's place, the tag and the steps."""
+    guide = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "## Releases and publishing" in guide
+    section = guide.split("## Releases and publishing", 1)[1].split("\n## ", 1)[0]
+    for needed in ("pyproject.toml", "v<version>", "_config.yml", "git tag", "make test", "CHANGELOG.md"):
+        assert needed in section, f"CONTRIBUTING.md's release section does not mention {needed!r}"
