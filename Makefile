@@ -1,12 +1,17 @@
 # attnlab: the two commands are `make book` and `make test` (see README.md).
 #   make book      create .venv, install everything, build the website into _build/html
 #   make book-student  the student edition (no exercise solutions) into _build/html-student
-#   make test      install, build, then run every test (site in Chromium, unit, ..., chapters with nbval)
+#   make test      install, then every check below, in this order (a failing one stops none of the others):
+#     make lint      ruff check, ruff format --check, mypy (configured in pyproject.toml)
+#     make unit      tests/unit and tests/book, but for the checks of the built website
+#     make chapters  every chapter executed and compared with its committed outputs (nbval)
+#     make site      both editions built, then checked in Chromium (tests/site, and tests marked `site`)
+#     make grading   the assignments built and graded (tests/assignments)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
 #   make assignments  student notebooks and autograder zips into _build/assignments
 #   make bench     benchmarks against PyTorch, written to benchmarks/results.md
 #   make screenshots  a full-page screenshot of every page of the site into _build/screenshots/
-#   make test-gpu  the whole verification on a CUDA machine (its own Python and torch; see README.md)
+#   make test-gpu  the whole verification on a CUDA machine (its own Python and torch; see CONTRIBUTING.md)
 #   make gpu-wheels  download, here, the wheels test-gpu needs on a CUDA machine without a network
 
 PYTHON ?= python3.11
@@ -21,7 +26,8 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book book-student vendor test screenshots test-gpu gpu-wheels execute browser clean distclean bench assignments
+.PHONY: all install book book-student vendor test lint unit chapters site grading times screenshots test-gpu \
+	gpu-wheels execute browser clean distclean bench assignments
 
 all: book
 
@@ -74,50 +80,63 @@ execute: $(STAMP)
 	$(PY) scripts/student_edition.py notebooks
 
 # --- tests ----------------------------------------------------------------------------------
-# Debian's Chromium for the browser checks (Playwright drives it; it downloads no browser).
-browser:
-	@command -v chromium >/dev/null || { \
-		echo "installing Debian's chromium for the browser checks"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk; }
+# Every check, each target runnable on its own, in this order; -k: a failing one stops none of the
+# others. Then where the time went (scripts/junit_times.py over the runs' JUnit files).
+JUNIT := $(addprefix _build/test-results-,unit.xml chapters.xml alone.xml site.xml grading.xml)
+test:
+	@rm -f $(JUNIT)
+	$(MAKE) --no-print-directory -k -j1 lint unit chapters site grading; status=$$?; \
+	$(MAKE) --no-print-directory times; exit $$status
 
-# nbval's mode: strict (--nbval) where the chapters' outputs were recorded (make execute writes the
-# platform into each chapter), portable (--nbval-lax: every cell runs and its assertions must hold,
-# only cells tagged nbval-check-output are compared) anywhere else. NBVAL_MODE=strict|portable forces it.
-# The two editions of the website are built side by side (Sphinx uses one core each). Then three
-# runs: the website's checks first, three at a time (each drives its own Chromium; one check's page
-# work is one core's at most, and it waits too: for the network to fall quiet, for the theme's
-# timers; on 2 cores, two workers kept 1.75 cores busy and took 113 to 125 s, three kept 1.9 busy
-# and took 109 s, for the same 210 core-seconds), then everything else on two workers, file by file
-# (--dist loadfile: a chapter's cells stay together, in order, on one worker), so that two chapters,
-# or a chapter and the grading, run side by side. A chapter keeps the two kernel threads its outputs
-# were recorded with, and PyTorch's OpenMP threads wait for each other at every parallel operation:
-# by default they spin while they wait, on a core that the other worker needs (measured: two chapters
-# side by side ran about 30 cells in ten minutes). OMP_WAIT_POLICY=PASSIVE makes them sleep instead.
-# The digits do not change (the thread count does not), and the chapters' strict comparison passes;
-# two copies of chapter 5 side by side took 22 s, against 18.6 s for one alone with the default
-# policy. One chapter alone is slower with PASSIVE (29.7 s for chapter 5), so only `make test` sets it.
-# ALONE: the chapters whose claims are timings of small operations run last, one at a time, with the
-# default policy. Chapter 7 times an LSTM's 1,024 sequential steps against one matrix product of
-# the same FLOPs and asserts more than 3x: 4.5x alone here, 2.8x beside another worker with PASSIVE.
-ALONE := chapters/07_complexity.ipynb
-# The runs whose tests use no hypothesis leave its pytest plugin out: 0.6 of the 1.0 s that starting
-# pytest takes, in each process (a run and each of its workers).
+# The summary of the JUnit files the last `make test` wrote (lint writes none).
+times:
+	@$(PY) scripts/junit_times.py --folders $(wildcard $(JUNIT)) || true
+
+# The linters (versions pinned in requirements.txt; settings in pyproject.toml); no notebook.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The runs whose tests use no hypothesis leave its pytest plugin out (0.6 s of each process's start).
 NO_HYPOTHESIS := -p no:hypothesispytest
-test: browser
-	$(MAKE) -j2 -Otarget book book-student
+# Two workers, file by file; the checks of the built website (marked `site`) are make site's.
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit tests/book -m "not site" -n 2 --dist loadfile -p no:cacheprovider \
+		--junitxml=_build/test-results-unit.xml
+
+# nbval in the mode scripts/nbval_mode.py picks (strict where the outputs were recorded, portable
+# elsewhere), two chapters at a time; OMP_WAIT_POLICY=PASSIVE keeps one chapter's waiting OpenMP
+# threads off the core the other needs (the digits do not change). ALONE: chapters that time small
+# operations and assert on it, run last, one at a time, with the default policy (chapter 7's 3x).
+ALONE := chapters/07_complexity.ipynb
+# $$flag: --nbval or --nbval-lax, which the recipe sets
+NBVAL = $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(NO_HYPOTHESIS)
+chapters: $(STAMP)
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	$(PY) -m pytest tests/site -n 3 --dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS) --junitxml=_build/test-results-site.xml; \
-	site=$$?; \
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters tests --ignore=tests/site $(addprefix --ignore=,$(ALONE)) \
-		-n 2 --dist loadfile $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-		--junitxml=_build/test-results.xml; \
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters $(addprefix --ignore=,$(ALONE)) -n 2 --dist loadfile $(NBVAL) \
+		--junitxml=_build/test-results-chapters.xml; \
 	status=$$?; \
-	$(PY) -m pytest $(ALONE) $$flag $(NO_HYPOTHESIS) --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider \
-		--junitxml=_build/test-results-alone.xml; \
+	$(PY) -m pytest $(ALONE) $(NBVAL) --junitxml=_build/test-results-alone.xml; \
 	alone=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; \
-	$(PY) scripts/junit_times.py --folders _build/test-results-site.xml _build/test-results.xml \
-		_build/test-results-alone.xml || true; \
-	[ $$site -eq 0 ] || exit $$site; [ $$status -eq 0 ] || exit $$status; exit $$alone
+	[ $$status -eq 0 ] || exit $$status; exit $$alone
+
+# Both editions, side by side (Sphinx uses one core each), then their checks three at a time (each
+# worker drives its own Chromium; --dist loadgroup keeps a page's checks on one worker).
+site:
+	bash scripts/install_chromium.sh
+	$(MAKE) -j2 -Otarget book book-student
+	$(PY) -m pytest tests/site tests/book -m site -n 3 --dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS) \
+		--junitxml=_build/test-results-site.xml
+
+# The assignments built and graded as a course would (minutes: every wrong solution is graded).
+grading: $(STAMP)
+	$(PY) -m pytest tests/assignments -n 2 --dist loadfile -p no:cacheprovider $(NO_HYPOTHESIS) \
+		--junitxml=_build/test-results-grading.xml
+
+# Debian's Chromium for the browser checks (scripts/install_chromium.sh; make site runs it too).
+browser:
+	bash scripts/install_chromium.sh
 
 # make test saves each page's first screen (tests/site/test_site.py); this saves each page whole,
 # for a person to read the site as a reader scrolls it (33 core-seconds that check nothing).

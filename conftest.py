@@ -16,8 +16,8 @@ chapter 2 an error); a kernel that started runs its chapter as before. Each retr
 Run on several workers (``pytest -n N``, as `make test` does), PyTorch's OpenMP threads sleep
 while they wait (``OMP_WAIT_POLICY=PASSIVE``) unless the variable is already set: by default they
 spin on a core that another worker needs, and a direct ``pytest -n 2`` of the unit tests ran for
-ten minutes on what takes about one (README.md, "Run the tests on a quiet machine"). The workers, and the kernels
-they start, inherit it. One process (no ``-n``) keeps OpenMP's default.
+ten minutes on what takes about one (CONTRIBUTING.md, "Running the tests beside other work").
+The workers, and the kernels they start, inherit it. One process (no ``-n``) keeps OpenMP's default.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ try:
     from nbval.plugin import IPyNbCell
 except ImportError:  # nbval is a test dependency; without it there is nothing to configure
     IPyNbCell = None
+
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]
     if getattr(config.option, "numprocesses", None) and "OMP_WAIT_POLICY" not in os.environ:
@@ -64,7 +65,10 @@ if IPyNbCell is not None and not getattr(IPyNbCell, "_attnlab_patient", False):
                 except RuntimeError as error:
                     if _DIED not in str(error) or attempt == KERNEL_STARTS:
                         raise
-                    print(f"nbval: the kernel died while starting ({error}); starting it again "
-                          f"({attempt + 1} of {KERNEL_STARTS})", file=sys.stderr)
+                    print(
+                        f"nbval: the kernel died while starting ({error}); starting it again "
+                        f"({attempt + 1} of {KERNEL_STARTS})",
+                        file=sys.stderr,
+                    )
 
     nbval.plugin.RunningKernel = _RestartingKernel

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -71,8 +71,11 @@ def build_wheel(out: Path) -> Path:
         shutil.copy(ROOT / name, source / name)
     dist = out / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(dist), str(source)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+    )
     shutil.rmtree(source)
     if done.returncode != 0:
         raise RuntimeError(f"building the attnlab wheel failed:\n{done.stderr[-3000:]}")
@@ -87,8 +90,9 @@ def _stage(source: Path, wheel: Path, stage: Path) -> Path:
     stage.mkdir(parents=True)
     shutil.copy(source, stage / source.name)
     template = (HERE / "requirements.txt").read_text(encoding="utf-8")
-    (stage / "requirements.txt").write_text(template.format(wheel=f"{GRADER_FILES}/dist/{wheel.name}"),
-                                            encoding="utf-8")
+    (stage / "requirements.txt").write_text(
+        template.format(wheel=f"{GRADER_FILES}/dist/{wheel.name}"), encoding="utf-8"
+    )
     (stage / "dist").mkdir()
     shutil.copy(wheel, stage / "dist" / wheel.name)
     return stage
@@ -105,8 +109,9 @@ def _stable_ids(notebook: Path) -> None:
     nbformat.write(nb, notebook)
 
 
-def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None,
-          run_tests: bool = True) -> Path:
+def build(
+    source: Path, out: Path, env: dict[str, str] | None = None, wheel: Path | None = None, run_tests: bool = True
+) -> Path:
     """Run otter assign on one source notebook; return the assignment's output folder. With
     ``run_tests=False`` otter assign does not grade the solution notebook first (the files it writes
     are the same; tests/assignments grades the solution with ``otter run`` instead)."""
@@ -116,8 +121,9 @@ def build(source: Path, out: Path, env: dict[str, str] | None = None, wheel: Pat
         shutil.rmtree(dest)
     stage = _stage(source, wheel or build_wheel(out), out / "stage" / name)
     flags = [] if run_tests else ["--no-run-tests"]
-    done = subprocess.run([otter(), "assign", *flags, source.name, str(dest)], cwd=stage, capture_output=True, text=True,
-                          env=env)
+    done = subprocess.run(
+        [otter(), "assign", *flags, source.name, str(dest)], cwd=stage, capture_output=True, text=True, env=env
+    )
     shutil.rmtree(stage)
     if done.returncode != 0:
         raise RuntimeError(f"otter assign failed for {name}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -31,8 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOTS = ("nbval", "nbclient", "ipykernel", "ipywidgets", "nbformat", "jupyter_client")
 # Present on the CUDA machine (and on Colab), with their own dependencies: never shadowed.
 PRESENT = ("torch", "numpy", "matplotlib", "pytest", "pytest-xdist", "hypothesis", "tqdm")
-PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64",
-             "manylinux_2_5_x86_64", "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
 
 
 def _pins() -> dict[str, str]:
@@ -61,7 +66,9 @@ def _closure(names: tuple[str, ...], environment: dict[str, str], strict: bool =
         except metadata.PackageNotFoundError:
             if not strict:
                 continue
-            raise SystemExit(f"fetch_gpu_wheels: {name} is not installed in this environment (run `make install`)")
+            raise SystemExit(
+                f"fetch_gpu_wheels: {name} is not installed in this environment (run `make install`)"
+            ) from None
         for text in requires:
             requirement = Requirement(text)
             if requirement.marker is not None and not requirement.marker.evaluate(environment | {"extra": ""}):
@@ -73,9 +80,15 @@ def _closure(names: tuple[str, ...], environment: dict[str, str], strict: bool =
 def wanted(python_version: str) -> dict[str, str]:
     """``{distribution: pinned version}`` of the wheels the GPU machine lacks."""
     environment = dict(default_environment())
-    environment.update(python_version=python_version, python_full_version=f"{python_version}.0",
-                       sys_platform="linux", platform_system="Linux", platform_machine="x86_64",
-                       implementation_name="cpython", platform_python_implementation="CPython")
+    environment.update(
+        python_version=python_version,
+        python_full_version=f"{python_version}.0",
+        sys_platform="linux",
+        platform_system="Linux",
+        platform_machine="x86_64",
+        implementation_name="cpython",
+        platform_python_implementation="CPython",
+    )
     needed = _closure(ROOTS, environment) - _closure(PRESENT, environment, strict=False)
     pins = _pins()
     missing = sorted(n for n in needed if n not in pins)
@@ -93,8 +106,21 @@ def main(argv: list[str]) -> int:
     dest = Path(args.dest)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               "--python-version", args.python_version, "--implementation", "cp", "--dest", str(dest)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        args.python_version,
+        "--implementation",
+        "cp",
+        "--dest",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     command += [f"{name}=={version}" for name, version in packages.items()]

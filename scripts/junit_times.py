@@ -33,9 +33,15 @@ def summarise(*paths: str, folders: bool = False) -> str:
         classname = case.get("classname", "")  # a notebook's cells: "chapters.NN_name.ipynb"
         if classname.endswith(".ipynb"):
             chapters[classname.removeprefix("chapters.")] += float(case.get("time", 0))
-        by_folder["/".join(classname.split(".")[:1 if classname.endswith(".ipynb") else 2])] += float(case.get("time", 0))
-    lines = ["tests: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())), "",
-             "| chapter | executed in (s) |", "| --- | --- |"]
+        by_folder["/".join(classname.split(".")[: 1 if classname.endswith(".ipynb") else 2])] += float(
+            case.get("time", 0)
+        )
+    lines = [
+        "tests: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())),
+        "",
+        "| chapter | executed in (s) |",
+        "| --- | --- |",
+    ]
     lines += [f"| {name} | {seconds:.0f} |" for name, seconds in sorted(chapters.items())]
     if folders:
         outside = sum(s for name, s in by_folder.items() if name != "chapters")
@@ -45,11 +51,13 @@ def summarise(*paths: str, folders: bool = False) -> str:
         # a run with several workers (pytest -n) takes less wall-clock time than its tests add up to
         lines += ["", "| run | tests | wall-clock seconds |", "| --- | --- | --- |"]
         share = 0.0  # the wall-clock time of the tests outside the chapters, run by run
-        for path, root in zip(paths, roots):
+        for path, root in zip(paths, roots, strict=True):
             suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
             wall = sum(float(s.get("time", 0)) for s in suites)
             lines.append(f"| {path} | {sum(1 for _ in root.iter('testcase'))} | {wall:.0f} |")
-            times = [(c.get("classname", "").endswith(".ipynb"), float(c.get("time", 0))) for c in root.iter("testcase")]
+            times = [
+                (c.get("classname", "").endswith(".ipynb"), float(c.get("time", 0))) for c in root.iter("testcase")
+            ]
             total = sum(t for _, t in times)
             share += wall * sum(t for chapter, t in times if not chapter) / total if total else 0.0
         # in a run that interleaves chapters and other tests, each has the run's time in proportion

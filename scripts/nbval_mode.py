@@ -56,8 +56,10 @@ def current_platform() -> dict[str, object]:
 def describe(platform: dict[str, object] | None) -> str:
     if not platform:
         return "no platform recorded"
-    return (f"torch {platform.get('torch')} on {platform.get('device')}, CPU kernels {platform.get('cpu_capability')}, "
-            f"{platform.get('threads')} threads, Python {platform.get('python')}")
+    return (
+        f"torch {platform.get('torch')} on {platform.get('device')}, CPU kernels {platform.get('cpu_capability')}, "
+        f"{platform.get('threads')} threads, Python {platform.get('python')}"
+    )
 
 
 def recorded_platform(path: Path) -> dict[str, object] | None:
@@ -93,9 +95,11 @@ def choose(paths: list[Path], override: str | None = None) -> tuple[str, str]:
         return "strict", f"the chapters' outputs were recorded on this platform ({describe(here)})"
     first = next(iter(others.values()))
     which = "every chapter" if len(others) == len(paths) else ", ".join(sorted(others))
-    return "portable", (f"{which} recorded on {describe(first)}; this machine runs {describe(here)}: every cell "
-                        "runs and its assertions must hold, outputs are compared only in cells tagged "
-                        "nbval-check-output")
+    return "portable", (
+        f"{which} recorded on {describe(first)}; this machine runs {describe(here)}: every cell "
+        "runs and its assertions must hold, outputs are compared only in cells tagged "
+        "nbval-check-output"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -191,8 +191,9 @@ def write_sources(out: Path) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    (out / "_config.yml").write_text(yaml.safe_dump(student_config(config), sort_keys=False, allow_unicode=True),
-                                     encoding="utf-8")
+    (out / "_config.yml").write_text(
+        yaml.safe_dump(student_config(config), sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     (out / "_toc.yml").write_text(yaml.safe_dump(student_toc(toc), sort_keys=False), encoding="utf-8")
     shutil.copytree(ROOT / "book", out / "book", ignore=shutil.ignore_patterns("__pycache__"))

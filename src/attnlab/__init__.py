@@ -6,14 +6,13 @@ its docstring which chapter introduces it.
 
 from typing import TYPE_CHECKING
 
+# Subpackages and modules a chapter imports by name (attnlab.data, ...): public, so in __all__.
+from attnlab import data, models, train
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask
 from attnlab.listings import listing
 from attnlab.prose import glue
 from attnlab.shapes import check_shape
 from attnlab.utils import get_device, set_seed
-
-# Subpackages and modules a chapter imports by name: attnlab.data, attnlab.models, attnlab.train.
-from attnlab import data, models, train  # noqa: E402  (after the names they depend on)
 
 if TYPE_CHECKING:  # imported on first use (below): matplotlib and ipywidgets take a second to import
     from attnlab.viz import figure_grid, figure_slider, plot_attention
@@ -21,6 +20,7 @@ if TYPE_CHECKING:  # imported on first use (below): matplotlib and ipywidgets ta
 __all__ = [
     "causal_mask",
     "check_shape",
+    "data",
     "figure_grid",
     "figure_slider",
     "from_key_padding_mask",
@@ -28,9 +28,11 @@ __all__ = [
     "glue",
     "listing",
     "masked_softmax",
+    "models",
     "padding_mask",
     "plot_attention",
     "set_seed",
+    "train",
 ]
 
 

@@ -26,7 +26,9 @@ ISO_FIELDS = {0: "year", 1: "year", 2: "year", 3: "year", 5: "month", 6: "month"
 def _check_weights(name: str, weights: torch.Tensor, rows: int, cols: int) -> None:
     check_tensor(name, "weights", weights, kind="float", dim=2, names="(L, S)", note="one example")
     if weights.shape[0] < rows or weights.shape[1] < cols:
-        raise ValueError(f"{name}: weights of shape {tuple(weights.shape)} need at least {rows} rows and {cols} columns")
+        raise ValueError(
+            f"{name}: weights of shape {tuple(weights.shape)} need at least {rows} rows and {cols} columns"
+        )
 
 
 def reverse_alignment_accuracy(weights: torch.Tensor, source_length: int) -> float:

@@ -21,12 +21,16 @@ changed (``replace_score`` returns a copy).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from attnlab.data.vocab import Batch, CharVocab
 from attnlab.validation import check_tensor
+
+if TYPE_CHECKING:
+    from attnlab.models.seq2seq import Seq2Seq
 
 __all__ = ["UniformScore", "gradient_saliency", "kendall_tau", "leave_one_out", "replace_score"]
 
@@ -45,7 +49,7 @@ def _target_log_probs(model: nn.Module, src: torch.Tensor, lengths: torch.Tensor
     return log_probs.gather(-1, batch.tgt_out[..., None]).squeeze(-1)  # (B, L, V) -> (B, L)
 
 
-def gradient_saliency(model: nn.Module, batch: Batch) -> torch.Tensor:
+def gradient_saliency(model: Seq2Seq, batch: Batch) -> torch.Tensor:
     """The norm of the gradient of each output token's log-probability with respect to each source
     token's embedding: ``(B, L, S)`` (chapter 2).
 
@@ -80,7 +84,7 @@ def gradient_saliency(model: nn.Module, batch: Batch) -> torch.Tensor:
     return saliency * (tgt_real[:, :, None] & src_real[:, None, :])
 
 
-def leave_one_out(model: nn.Module, batch: Batch) -> torch.Tensor:
+def leave_one_out(model: Seq2Seq, batch: Batch) -> torch.Tensor:
     """How much each output token's log-probability drops when one source token is deleted:
     ``(B, L, S)`` (chapter 2).
 
@@ -151,13 +155,15 @@ class UniformScore(nn.Module):
         return query.new_zeros(query.shape[0], query.shape[1], key.shape[1])  # (B, L, S)
 
 
-def replace_score(model: nn.Module, score: nn.Module) -> nn.Module:
+def replace_score(model: Seq2Seq, score: nn.Module) -> Seq2Seq:
     """A copy of an attention seq2seq model whose decoder scores with ``score`` (chapter 2).
 
     The original model is not changed. The copy shares nothing with it, so it can be modified
     or trained on its own.
     """
-    if not isinstance(model, nn.Module) or not isinstance(getattr(getattr(model, "decoder", None), "score", None), nn.Module):
+    if not isinstance(model, nn.Module) or not isinstance(
+        getattr(getattr(model, "decoder", None), "score", None), nn.Module
+    ):
         raise TypeError(
             f"replace_score: model must be a Seq2Seq whose decoder has a score module (an attention decoder), "
             f"got {type(model).__name__}"

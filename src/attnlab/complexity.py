@@ -101,7 +101,13 @@ def table_row(layer: str, n: int, *, k: int = 3, r: int = 16) -> tuple[int, int]
 
 
 def attention_memory(
-    n: int, *, batch: int = 1, heads: int = 1, kernel: str = "naive", block_size: int = 256, bytes_per: int = 4,
+    n: int,
+    *,
+    batch: int = 1,
+    heads: int = 1,
+    kernel: str = "naive",
+    block_size: int = 256,
+    bytes_per: int = 4,
     backward: bool = False,
 ) -> int:
     """Bytes of attention weights a kernel holds at once for ``L = S = n`` (chapter 7).
@@ -183,8 +189,10 @@ def _cpu_peak_bytes(fn: Callable[[], object]) -> int:
     results = getattr(prof.profiler, "kineto_results", None)
     if results is None:
         raise RuntimeError("measure: this PyTorch's profiler keeps no memory records (kineto_results)")
-    records = sorted(((e.start_ns(), e.nbytes()) for e in results.events() if e.name() == "[memory]"),
-                     key=lambda record: record[0])  # stable: records of one instant keep their order
+    # sorted is stable: records of one instant keep their order
+    records = sorted(
+        ((e.start_ns(), e.nbytes()) for e in results.events() if e.name() == "[memory]"), key=lambda record: record[0]
+    )
     live = peak = 0
     for _, nbytes in records:
         live += nbytes
@@ -202,12 +210,12 @@ def measure(
 ) -> Measurement:
     """Time ``fn()`` ``repeats`` times after ``warmup`` calls; record its peak memory (chapter 7).
 
-    ``device`` is where ``fn`` computes (a function does not say where its tensors are, so
-    ``None`` means the CPU). On CUDA (and MPS) the device is synchronised around each call; on
-    CUDA the peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the
-    call. On the CPU the peak is the largest running sum of the profiler's allocation and free
-records, in the order they happened (one extra call). Report
-    medians: single timings on a shared machine are noisy.
+        ``device`` is where ``fn`` computes (a function does not say where its tensors are, so
+        ``None`` means the CPU). On CUDA (and MPS) the device is synchronised around each call; on
+        CUDA the peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the
+        call. On the CPU the peak is the largest running sum of the profiler's allocation and free
+    records, in the order they happened (one extra call). Report
+        medians: single timings on a shared machine are noisy.
     """
     if not callable(fn):
         raise TypeError(f"measure: fn must be callable, got {type(fn).__name__}")
@@ -253,4 +261,4 @@ def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     lx = [math.log(x) for x in xs]
     ly = [math.log(y) for y in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)

@@ -77,7 +77,10 @@ def regions(source: str) -> dict[str, str]:
 
 
 def _without_markers(lines: list[str]) -> str:
-    return "".join(line for line in lines if not (_START.match(line) or _END.match(line)))
+    kept = [line for line in lines if not (_START.match(line) or _END.match(line))]
+    while kept and not kept[-1].strip():  # a blank line before the end marker (the formatter puts one after a def)
+        kept.pop()
+    return "".join(kept)
 
 
 def listing(obj: Any, part: str | None = None) -> str:
@@ -97,13 +100,15 @@ def listing(obj: Any, part: str | None = None) -> str:
     try:
         source = inspect.getsource(obj)
     except (TypeError, OSError) as exc:
-        raise TypeError(f"listing: obj must be a function, method or class with Python source, "
-                        f"got {type(obj).__name__} ({exc})") from None
+        raise TypeError(
+            f"listing: obj must be a function, method or class with Python source, got {type(obj).__name__} ({exc})"
+        ) from None
     if part is None:
         return _without_markers(source.splitlines(keepends=True))
     found = regions(source)
     if part not in found:
         name = getattr(obj, "__qualname__", repr(obj))
-        raise ValueError(f"listing: no region {part!r} is marked in the source of {name}; "
-                         f"marked: {sorted(found) or 'none'}")
+        raise ValueError(
+            f"listing: no region {part!r} is marked in the source of {name}; marked: {sorted(found) or 'none'}"
+        )
     return found[part]

@@ -32,6 +32,6 @@ def check_shape(tensor: torch.Tensor, expected: Sequence[int | None], name: str 
             check_int("check_shape", "each size in expected", size, low=0)
     shown = "(" + ", ".join("*" if s is None else str(s) for s in expected) + ")"
     actual = tuple(tensor.shape)
-    if len(actual) != len(expected) or any(e is not None and e != a for e, a in zip(expected, actual)):
+    if len(actual) != len(expected) or any(e is not None and e != a for e, a in zip(expected, actual, strict=True)):
         raise ValueError(f"check_shape: the shape of {name} is {actual}, but should be {shown}")
     return tensor.shape

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from torch import nn
 from attnlab.attention.hard import MovingAverageBaseline, reinforce_loss
 from attnlab.data.scenes import PAD, START, SceneTask
 from attnlab.data.vocab import Batch, CharVocab, make_batch
-from attnlab.models.captioning import CaptionOutput, Captioner, HardCaptioner, region_cells
+from attnlab.models.captioning import Captioner, CaptionOutput, HardCaptioner, region_cells
 from attnlab.models.lm import TransformerLM
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.structured import HierarchicalClassifier, StructuredClassifier, frobenius_penalty
@@ -43,8 +44,8 @@ __all__ = [
     "caption_loss",
     "evaluate_captioner",
     "evaluate_classifier",
-    "evaluate_seq2seq",
     "evaluate_lm",
+    "evaluate_seq2seq",
     "evaluate_tagger",
     "gradient_noise",
     "lm_loss_by_position",
@@ -184,7 +185,7 @@ def evaluate_seq2seq(
         right_tokens += int(right.sum())
         total_tokens += int(real.sum())
         scores += (right / real.sum(1)).tolist()
-        for row, (_, target) in zip(tokens, chunk):
+        for row, (_, target) in zip(tokens, chunk, strict=True):
             text = tgt_vocab.decode(row)
             predictions.append(text)
             correct.append(text == target)
@@ -258,8 +259,11 @@ def _epoch_batches(pairs: Pairs, batch_size: int, bucket: bool, generator: torch
     order = torch.randperm(len(pairs), generator=generator).tolist()
     if bucket:
         pool = 50 * batch_size
-        order = [i for start in range(0, len(order), pool)
-                 for i in sorted(order[start : start + pool], key=lambda i: len(pairs[i][0]))]
+        order = [
+            i
+            for start in range(0, len(order), pool)
+            for i in sorted(order[start : start + pool], key=lambda i: len(pairs[i][0]))
+        ]
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     shuffled = torch.randperm(len(batches), generator=generator).tolist()
     return [batches[i] for i in shuffled]
@@ -403,19 +407,33 @@ def train_seq2seq(
     def loss_of(batch: Batch) -> torch.Tensor:
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, L, V)
         return loss_fn(logits.flatten(0, 1), batch.tgt_out.flatten())  # (B * L, V) vs (B * L,)
+
     # end listing: batches
 
-    def evaluate() -> EvalResult:
-        return evaluate_seq2seq(model, eval_pairs, src_vocab, tgt_vocab)
-
-    return _train_loop(model, batches(), loss_of, steps=steps, lr=lr, betas=betas, clip=clip, schedule=schedule,
-                       evaluate=None if eval_pairs is None else evaluate, eval_every=eval_every,
-                       progress=progress, desc=desc)
+    return _train_loop(
+        model,
+        batches(),
+        loss_of,
+        steps=steps,
+        lr=lr,
+        betas=betas,
+        clip=clip,
+        schedule=schedule,
+        evaluate=None if eval_pairs is None else partial(evaluate_seq2seq, model, eval_pairs, src_vocab, tgt_vocab),
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 @torch.no_grad()
 def translate(
-    model: Seq2Seq, source: str, src_vocab: CharVocab, tgt_vocab: CharVocab, *, max_len: int = 32,
+    model: Seq2Seq,
+    source: str,
+    src_vocab: CharVocab,
+    tgt_vocab: CharVocab,
+    *,
+    max_len: int = 32,
     device: Device | None = None,
 ) -> str:
     """Greedy translation of one string (defined in chapter 1; used by the chapters' widgets).
@@ -505,12 +523,17 @@ def train_tagger(
         logits, _ = model(x)  # (B, N, outputs, classes)
         return nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten())  # (B*N*outputs, classes)
 
-    def evaluate() -> float:
-        return evaluate_tagger(model, *eval_data)
-
-    return _train_loop(model, _tensor_batches(tokens, targets, batch_size, seed, device), loss_of, steps=steps,
-                       lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
-                       progress=progress, desc=desc)
+    return _train_loop(
+        model,
+        _tensor_batches(tokens, targets, batch_size, seed, device),
+        loss_of,
+        steps=steps,
+        lr=lr,
+        evaluate=None if eval_data is None else partial(evaluate_tagger, model, *eval_data),
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 def _tensor_batches(
@@ -534,18 +557,25 @@ Classifier = StructuredClassifier | HierarchicalClassifier
 
 def _check_classified(name: str, model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> None:
     if not isinstance(model, (StructuredClassifier, HierarchicalClassifier)):
-        raise TypeError(f"{name}: model must be a StructuredClassifier or HierarchicalClassifier, got {type(model).__name__}")
+        raise TypeError(
+            f"{name}: model must be a StructuredClassifier or HierarchicalClassifier, got {type(model).__name__}"
+        )
     dims = 2 if isinstance(model, StructuredClassifier) else 3
     for arg, t in (("tokens", tokens), ("labels", labels)):
         check_tensor(name, arg, t, kind="long")
     if tokens.dim() != dims or labels.shape != (tokens.shape[0],) or len(tokens) == 0:
-        raise ValueError(f"{name}: tokens must be {dims}-D with one label each; got {tuple(tokens.shape)} and "
-                         f"{tuple(labels.shape)}")
+        raise ValueError(
+            f"{name}: tokens must be {dims}-D with one label each; got {tuple(tokens.shape)} and {tuple(labels.shape)}"
+        )
 
 
 @torch.no_grad()
 def evaluate_classifier(
-    model: Classifier, tokens: torch.Tensor, labels: torch.Tensor, *, device: Device | None = None,
+    model: Classifier,
+    tokens: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    device: Device | None = None,
     batch_size: int = 1024,
 ) -> float:
     """Share of examples whose predicted class is the label (chapter 4).
@@ -599,12 +629,17 @@ def train_classifier(
         loss = nn.functional.cross_entropy(logits, y)
         return loss + penalty * frobenius_penalty(weights).mean() if penalty else loss
 
-    def evaluate() -> float:
-        return evaluate_classifier(model, *eval_data)
-
-    return _train_loop(model, _tensor_batches(tokens, labels, batch_size, seed, device), loss_of, steps=steps,
-                       lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
-                       progress=progress, desc=desc)
+    return _train_loop(
+        model,
+        _tensor_batches(tokens, labels, batch_size, seed, device),
+        loss_of,
+        steps=steps,
+        lr=lr,
+        evaluate=None if eval_data is None else partial(evaluate_classifier, model, *eval_data),
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 # Captioning with soft and hard attention (chapter 4, part 1) ----------------------------------
@@ -637,11 +672,14 @@ def _check_captioner(name: str, model: nn.Module, task: SceneTask | None) -> Non
     if not isinstance(task, SceneTask):
         raise TypeError(f"{name}: the data must be a SceneTask (make_scenes), got {type(task).__name__}")
     if task.images.shape[-1] != model.config.image_size:
-        raise ValueError(f"{name}: the model expects {model.config.image_size}-pixel images, the scenes have "
-                         f"{task.images.shape[-1]}")
+        raise ValueError(
+            f"{name}: the model expects {model.config.image_size}-pixel images, the scenes have {task.images.shape[-1]}"
+        )
     if model.config.grid % task.grid:
-        raise ValueError(f"{name}: the model's grid ({model.config.grid}) must be a multiple of the scenes' layout "
-                         f"grid ({task.grid})")
+        raise ValueError(
+            f"{name}: the model's grid ({model.config.grid}) must be a multiple of the scenes' layout "
+            f"grid ({task.grid})"
+        )
 
 
 def shift_captions(captions: torch.Tensor) -> torch.Tensor:
@@ -726,8 +764,9 @@ def caption_loss(
         b = baseline.update(gain, real)
     elif baseline is not None:
         b = baseline
-    return loss + reinforce_loss(out.log_prob, gain, b, entropy=out.entropy(), entropy_weight=entropy_weight,
-                                 mask=real), out
+    return loss + reinforce_loss(
+        out.log_prob, gain, b, entropy=out.entropy(), entropy_weight=entropy_weight, mask=real
+    ), out
     # end listing: loss
 
 
@@ -769,15 +808,21 @@ def train_captioner(
 
     def loss_of(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         images, captions = batch
-        return caption_loss(model, images, captions, baseline=baseline, reward=reward,
-                            entropy_weight=entropy_weight, generator=sampler)[0]
+        return caption_loss(
+            model, images, captions, baseline=baseline, reward=reward, entropy_weight=entropy_weight, generator=sampler
+        )[0]
 
-    def evaluate() -> CaptionEval:
-        return evaluate_captioner(model, eval_data)
-
-    return _train_loop(model, _tensor_batches(task.images, task.captions, batch_size, seed, device), loss_of,
-                       steps=steps, lr=lr, evaluate=None if eval_data is None else evaluate, eval_every=eval_every,
-                       progress=progress, desc=desc)
+    return _train_loop(
+        model,
+        _tensor_batches(task.images, task.captions, batch_size, seed, device),
+        loss_of,
+        steps=steps,
+        lr=lr,
+        evaluate=None if eval_data is None else partial(evaluate_captioner, model, eval_data),
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 def gradient_noise(
@@ -824,8 +869,14 @@ def gradient_noise(
     params = list(model.f_att.parameters())
     grads = []
     for index in picks:
-        loss, _ = caption_loss(model, task.images[index].to(device), task.captions[index].to(device),
-                               baseline=fixed, reward=reward, generator=sampler)
+        loss, _ = caption_loss(
+            model,
+            task.images[index].to(device),
+            task.captions[index].to(device),
+            baseline=fixed,
+            reward=reward,
+            generator=sampler,
+        )
         grads.append(torch.cat([p.flatten() for p in torch.autograd.grad(loss, params)]))
     model.eval()
     stacked = torch.stack(grads)  # (batches, P)
@@ -839,7 +890,11 @@ LM_OBJECTIVES = ("causal", "masked")
 
 
 def mask_tokens(
-    tokens: torch.Tensor, vocab_size: int, *, rate: float = 0.15, mask_id: int = 0,
+    tokens: torch.Tensor,
+    vocab_size: int,
+    *,
+    rate: float = 0.15,
+    mask_id: int = 0,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masked-token objective (Devlin et al. 2019, section 3.1), defined in chapter 8.
@@ -890,8 +945,9 @@ def _check_lm(name: str, model: nn.Module, ids: torch.Tensor, context: int, obje
         raise ValueError(f"{name}: ids must hold more than context = {context} tokens, got {len(ids)}")
 
 
-def _lm_batch(window: torch.Tensor, objective: str, vocab_size: int, rate: float,
-              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _lm_batch(
+    window: torch.Tensor, objective: str, vocab_size: int, rate: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets ``(B, N)`` of ``window (B, N + 1)``: the next token for "causal"
     (inputs ``[:, :-1]``), the chosen tokens of ``window[:, :-1]`` for "masked" (-100 elsewhere)."""
     if objective == "causal":
@@ -900,7 +956,7 @@ def _lm_batch(window: torch.Tensor, objective: str, vocab_size: int, rate: float
 
 
 def train_lm(
-    model: nn.Module,
+    model: TransformerLM,
     ids: torch.Tensor,
     *,
     steps: int,
@@ -941,14 +997,30 @@ def train_lm(
         logits = model(inputs.to(device))  # (B, N, V)
         return nn.functional.cross_entropy(logits.transpose(1, 2), targets.to(device))  # (B, V, N) vs (B, N)
 
-    return _train_loop(model, batches(), loss_of, steps=steps, lr=lr, clip=clip, schedule=warmup_cosine(steps, warmup),
-                       progress=progress, desc=desc)
+    return _train_loop(
+        model,
+        batches(),
+        loss_of,
+        steps=steps,
+        lr=lr,
+        clip=clip,
+        schedule=warmup_cosine(steps, warmup),
+        progress=progress,
+        desc=desc,
+    )
 
 
 @torch.no_grad()
 def lm_loss_by_position(
-    model: nn.Module, ids: torch.Tensor, *, context: int, objective: str = "causal", mask_rate: float = 0.15,
-    batch_size: int = 16, seed: int = 0, device: Device | None = None,
+    model: TransformerLM,
+    ids: torch.Tensor,
+    *,
+    context: int,
+    objective: str = "causal",
+    mask_rate: float = 0.15,
+    batch_size: int = 16,
+    seed: int = 0,
+    device: Device | None = None,
 ) -> torch.Tensor:
     """The mean loss (nats per token) at each position of windows of ``context`` tokens, ``(context,)``.
 
@@ -966,8 +1038,9 @@ def lm_loss_by_position(
     total = torch.zeros(context, device=device)
     count = torch.zeros(context, device=device)
     for start in range(0, n, batch_size):
-        inputs, targets = _lm_batch(windows[start : start + batch_size], objective, model.config.vocab_size,
-                                    mask_rate, generator)
+        inputs, targets = _lm_batch(
+            windows[start : start + batch_size], objective, model.config.vocab_size, mask_rate, generator
+        )
         inputs, targets = inputs.to(device), targets.to(device)
         logits = model(inputs)  # (b, context, V)
         loss = nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, context)
@@ -976,7 +1049,8 @@ def lm_loss_by_position(
     return (total / count.clamp(min=1)).cpu()
 
 
-def evaluate_lm(model: nn.Module, ids: torch.Tensor, *, context: int, objective: str = "causal",
-                **kwargs: Any) -> float:
+def evaluate_lm(
+    model: TransformerLM, ids: torch.Tensor, *, context: int, objective: str = "causal", **kwargs: Any
+) -> float:
     """The mean of ``lm_loss_by_position`` over positions weighted equally: nats per token (chapter 8)."""
     return float(lm_loss_by_position(model, ids, context=context, objective=objective, **kwargs).mean())

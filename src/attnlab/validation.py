@@ -1,6 +1,6 @@
 """Argument checks: the one idiom every public function of the package uses.
 
-The rule (README.md, under "Conventions", says the same to readers):
+The rule (CONTRIBUTING.md, "Rules of the house", says the same):
 
 - a value of the wrong **type** raises ``TypeError``: an ``int`` argument given a ``float`` or a
   ``bool``, a tensor argument given a list, a tensor of the wrong dtype (``torch.long`` token ids
@@ -23,7 +23,8 @@ and that no module writes its own version of these checks.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
+from typing import Literal, TypeGuard, cast, overload
 
 import torch
 
@@ -38,13 +39,42 @@ def describe(value: object) -> str:
     return f"{type(value).__name__} ({text})" if len(text) <= 40 else type(value).__name__
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The checks return the value they accepted; None only where `none=True` lets it through.
+@overload
 def check_int(
-    where: str, arg: str, value: object, *, low: int | None = 1, high: int | None = None,
-    none: bool = False, note: str | None = None,
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: int | None = 1,
+    high: int | None = None,
+    none: Literal[False] = False,
+    note: str | None = None,
+) -> int: ...
+@overload
+def check_int(
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: int | None = 1,
+    high: int | None = None,
+    none: bool,
+    note: str | None = None,
+) -> int | None: ...
+def check_int(
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: int | None = 1,
+    high: int | None = None,
+    none: bool = False,
+    note: str | None = None,
 ) -> int | None:
     """``value`` as an ``int`` in ``[low, high]`` (``None`` also, when ``none``); ``bool`` is not an int.
 
@@ -56,7 +86,7 @@ def check_int(
         return None
     if not _is_int(value):
         raise TypeError(f"{where}: {arg} must be an int{' or None' if none else ''}, got {describe(value)}")
-    if low is not None and value < low or high is not None and value > high:
+    if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
             wanted = f"an int >= {low}"
         elif low is None:
@@ -74,21 +104,59 @@ def check_ints(where: str, *, low: int | None = 1, **values: object) -> None:
 
 
 def check_int_sequence(
-    where: str, arg: str, value: object, *, low: int | None = 1, types: tuple[type, ...] = (tuple,),
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: int | None = 1,
+    types: tuple[type, ...] = (tuple,),
 ) -> tuple[int, ...]:
     """``value`` as a non-empty ``tuple`` (or one of ``types``) of ints, each at least ``low``."""
     kinds = " or ".join(t.__name__ for t in types)
-    if not isinstance(value, types) or not all(_is_int(v) for v in value):
+    # isinstance with a tuple of types given at run time tells mypy nothing: the casts say what it checked
+    if not isinstance(value, types) or not all(_is_int(v) for v in cast("Iterable[object]", value)):
         raise TypeError(f"{where}: {arg} must be a {kinds} of ints, got {describe(value)}")
-    if not value or low is not None and min(value) < low:
+    ints = cast("Sequence[int]", value)
+    if not ints or (low is not None and min(ints) < low):
         wanted = "non-empty" if low is None else f"non-empty, each >= {low}"
         raise ValueError(f"{where}: {arg} must be a {kinds} of ints, {wanted}; got {value!r}")
-    return tuple(value)
+    return tuple(ints)
 
 
+@overload
 def check_number(
-    where: str, arg: str, value: object, *, low: float | None = None, high: float | None = None,
-    low_open: bool = False, high_open: bool = False, none: bool = False,
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    none: Literal[False] = False,
+) -> float: ...
+@overload
+def check_number(
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    none: bool,
+) -> float | None: ...
+def check_number(
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    none: bool = False,
 ) -> float | None:
     """``value`` as a finite real number (``int`` or ``float``, not ``bool``) within the bounds.
 
@@ -125,14 +193,23 @@ _KINDS = {
     "float": (lambda t: t.dtype.is_floating_point, "a floating-point"),
     "long": (lambda t: t.dtype == torch.long, "a torch.long"),
     "bool": (lambda t: t.dtype == torch.bool, "a boolean"),
-    "integer": (lambda t: not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool,
-                "an integer"),
+    "integer": (
+        lambda t: not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool,
+        "an integer",
+    ),
 }
 
 
 def check_tensor(
-    where: str, arg: str, value: object, *, kind: str | None = None, dim: int | Iterable[int] | None = None,
-    shape: tuple[int | None, ...] | None = None, names: str | None = None, note: str | None = None,
+    where: str,
+    arg: str,
+    value: object,
+    *,
+    kind: str | None = None,
+    dim: int | Iterable[int] | None = None,
+    shape: tuple[int | None, ...] | None = None,
+    names: str | None = None,
+    note: str | None = None,
 ) -> torch.Tensor:
     """``value`` as a tensor of the given ``kind`` of dtype, number of dimensions and shape.
 
@@ -156,9 +233,10 @@ def check_tensor(
         if value.dim() not in allowed:
             wanted = f"have shape {names}" if names else "be " + " or ".join(f"{d}-D" for d in allowed)
             raise ValueError(f"{where}: {arg} must {wanted}{extra}, got shape {tuple(value.shape)}")
-    if shape is not None:
-        if value.dim() != len(shape) or any(s is not None and s != v for s, v in zip(shape, value.shape)):
-            sizes = ["*" if s is None else str(s) for s in shape]
-            wanted = names or "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
-            raise ValueError(f"{where}: {arg} must have shape {wanted}{extra}, got {tuple(value.shape)}")
+    if shape is not None and (
+        value.dim() != len(shape) or any(s is not None and s != v for s, v in zip(shape, value.shape, strict=True))
+    ):
+        sizes = ["*" if s is None else str(s) for s in shape]
+        wanted = names or "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+        raise ValueError(f"{where}: {arg} must have shape {wanted}{extra}, got {tuple(value.shape)}")
     return value

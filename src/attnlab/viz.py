@@ -133,8 +133,8 @@ def plot_attention(
         _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
     image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
 
-    ax.set_xticks(range(n_keys), col_labels if col_labels is not None else range(n_keys))
-    ax.set_yticks(range(n_queries), row_labels if row_labels is not None else range(n_queries))
+    ax.set_xticks(range(n_keys), col_labels if col_labels is not None else [str(j) for j in range(n_keys)])
+    ax.set_yticks(range(n_queries), row_labels if row_labels is not None else [str(i) for i in range(n_queries)])
     if col_labels is not None and max(len(t) for t in col_labels) > 2:
         ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel(xlabel)
@@ -143,7 +143,8 @@ def plot_attention(
         ax.set_title(title)
 
     if annotate:
-        threshold = (image.norm.vmin + image.norm.vmax) / 2
+        low, high = image.get_clim()
+        threshold = (low + high) / 2
         for i in range(n_queries):
             for j in range(n_keys):
                 value = matrix[i, j]
@@ -163,7 +164,8 @@ def _png(figure: Figure, dpi: int) -> bytes:
 
 def _plot_kind(ax: Axes) -> str:
     if ax.images:
-        return "image" if ax.images[0].get_array().ndim == 3 else "heatmap"  # RGB(A) or values
+        array = ax.images[0].get_array()
+        return "image" if array is not None and array.ndim == 3 else "heatmap"  # RGB(A) or values
     if any(isinstance(c, BarContainer) for c in ax.containers):
         return "bar chart"
     if ax.lines:
@@ -199,7 +201,8 @@ def _describe_figure(figure: Figure) -> str:
     else:
         text = f"{len(panels)} panels: " + "; ".join(f"({i}) {p}" for i, p in enumerate(panels, 1))
     # Figure.get_suptitle is matplotlib 3.8's; the package allows 3.7.
-    suptitle = figure._suptitle.get_text().strip() if getattr(figure, "_suptitle", None) else ""
+    title = getattr(figure, "_suptitle", None)
+    suptitle = title.get_text().strip() if title else ""
     if suptitle:
         text = f"Figure '{suptitle}', {text[0].lower() + text[1:]}"
     labels = [(a.get_ylabel() or a.get_xlabel()).strip() for a in scales]
@@ -333,7 +336,7 @@ def figure_slider(
     if not _browser_links_available():
         return widgets.VBox([slider, _picture_for(lambda: pictures[slider.index], [slider])])
     stack = widgets.Stack(
-        [_Picture(value=p, format="png", tooltip=t) for p, t in zip(pictures, texts)],
+        [_Picture(value=p, format="png", tooltip=t) for p, t in zip(pictures, texts, strict=True)],
         selected_index=values.index(value),
     )
     widgets.jslink((slider, "index"), (stack, "selected_index"))
@@ -391,8 +394,12 @@ def figure_grid(
     if value is None:
         value = (rows[0], cols[0])
     if not (isinstance(value, tuple) and len(value) == 2 and value[0] in rows and value[1] in cols):
-        raise ValueError(f"figure_grid: value must be a pair (row, col) from rows {rows} and cols {cols}, got {value!r}")
-    pictures, texts = [], []  # pictures[i][j] is draw(rows[i], cols[j]); texts[i][j] its alt text
+        raise ValueError(
+            f"figure_grid: value must be a pair (row, col) from rows {rows} and cols {cols}, got {value!r}"
+        )
+    # pictures[i][j] is draw(rows[i], cols[j]) as PNG bytes; texts[i][j] its alt text
+    pictures: list[list[bytes]] = []
+    texts: list[list[str]] = []
     for r in rows:
         pictures.append([])
         texts.append([])
@@ -419,10 +426,10 @@ def figure_grid(
         return widgets.VBox([sliders, image])
     inner = [
         widgets.Stack(
-            [_Picture(value=p, format="png", tooltip=t) for p, t in zip(row, row_texts)],
+            [_Picture(value=p, format="png", tooltip=t) for p, t in zip(row, row_texts, strict=True)],
             selected_index=cols.index(value[1]),
         )
-        for row, row_texts in zip(pictures, texts)
+        for row, row_texts in zip(pictures, texts, strict=True)
     ]
     outer = widgets.Stack(inner, selected_index=rows.index(value[0]))
     widgets.jslink((row_slider, "index"), (outer, "selected_index"))

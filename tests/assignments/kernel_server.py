@@ -57,8 +57,15 @@ AVAILABLE = hasattr(os, "pidfd_open") and hasattr(socket, "send_fds") and hasatt
 # and two parts of PyTorch that it imports on first use, in the kernel's time otherwise:
 # torch.distributed.tensor (the first torch.testing.assert_close, which every assignment's tests
 # call: 0.6 s) and torch._dynamo (the first optimizer: 0.7 s; assignments 2, 4 and 5 make one).
-PRELOAD = ("ipykernel.kernelapp", "torch", "otter", "otter.check.notebook", "attnlab",
-           "torch.distributed.tensor", "torch._dynamo")
+PRELOAD = (
+    "ipykernel.kernelapp",
+    "torch",
+    "otter",
+    "otter.check.notebook",
+    "attnlab",
+    "torch.distributed.tensor",
+    "torch._dynamo",
+)
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -68,8 +75,9 @@ def kernel_spec_dir(folder: Path, socket_path: Path) -> Path:
     spec = folder / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-S", str(Path(__file__).resolve()), "launch", str(socket_path), "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(json.dumps(
-        {"argv": argv, "display_name": "Python 3 (ipykernel)", "language": "python"}), encoding="utf-8")
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python 3 (ipykernel)", "language": "python"}), encoding="utf-8"
+    )
     return folder
 
 
@@ -85,8 +93,9 @@ def running(env: dict[str, str], timeout: float = 120) -> Iterator[dict[str, str
         return
     folder = Path(tempfile.mkdtemp(prefix="attnlab-kernels-"))  # short: a socket's path has 107 bytes at most
     socket_path = folder / "server.sock"
-    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve", str(socket_path)],
-                              env=env, stdin=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "serve", str(socket_path)], env=env, stdin=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + timeout
         while not socket_path.exists():
@@ -118,11 +127,10 @@ def launch(socket_path: str, argv: list[str]) -> int:
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         conn.shutdown(socket.SHUT_WR)
         pid = int(conn.makefile().read())
+
     def relay(signum: int, _frame) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it has just ended
             os.kill(pid, signum)
-        except ProcessLookupError:  # it has just ended
-            pass
 
     for signum in RELAYED:
         signal.signal(signum, relay)
@@ -201,16 +209,14 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    except BaseException:  # noqa: BLE001 (what a kernel that failed to start prints)
+    except BaseException:  # what a kernel that failed to start prints
         import traceback
 
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
         os._exit(code)
 
 

@@ -3,26 +3,27 @@ version, every plausible wrong solution in ``assignments/wrong_solutions.yml`` l
 on its question with a message that teaches, and every right answer written otherwise in
 ``assignments/other_solutions.yml`` keeps full marks on its question.
 
-Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments``
-builds; the build here goes to a temporary folder. The zip's own grading environment is checked
-too: what it installs, and, for the third assignment, that a fresh virtual environment built from
-the zip alone (in a folder attnlab/.venv, as in a course's clone of the book) grades a submission
-with a mistake in its last question: that question loses points, the others keep full marks.
-The session's grades run with their temporary files in a folder named attnlab too: a rules test must know the book's code by where the package is installed. Every submission is graded once, by a
-session fixture, two at a time (one grading process per core, ``build.workers``; a grade that
-sleeps until the time guard stops it runs beside them, in a process of its own). Each process
-imports otter once, then runs what ``otter run`` runs for each submission it is given, so that
-the grades (55 then) do not each pay for starting Python and importing otter: 329 s with one
-``otter run`` process per submission, 232 s this way, on one 2-core machine. Each submission's
-kernel, too, is a process of its own that runs the notebook from its first line, but it is forked
-from a server that has imported ipykernel, PyTorch (with the two parts it imports on first use),
-otter and the book's package once (kernel_server.py; test_kernel_server.py checks that such a
-kernel sees what a usual one sees): the fixture alone took 260 s with usual kernels, 167 s with
-forked ones, on another 2-core machine, and the 55 results.json files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual
-kernels; the test of the grading environment built from the zip alone always does (otter's own
-command, a kernel of that environment). Each test then checks its own grade. Assignments 2 and 5
-train a model (their wrong solutions of the questions before the training cut it to one step, and
-the notebook's held-out evaluation to 16 dates: the grader evaluates a model of its own).
+Grades with ``otter run`` (no Docker) against the autograder zip that ``make assignments`` builds;
+the build here goes to a temporary folder. The zip's own grading environment is checked too: what it
+installs, and, for the third assignment, that a fresh virtual environment built from the zip alone
+(in a folder attnlab/.venv, as in a course's clone of the book) grades a submission with a mistake
+in its last question: that question loses points, the others keep full marks. The session's grades
+run with their temporary files in a folder named attnlab too: a rules test must know the book's code
+by where the package is installed. Every submission is graded once, by a session fixture, two at a
+time (one grading process per core, ``build.workers``; a grade that sleeps until the time guard
+stops it runs beside them, in a process of its own). Each process imports otter once, then runs what
+``otter run`` runs for each submission it is given, so that the grades (55 then) do not each pay for
+starting Python and importing otter: 329 s with one ``otter run`` process per submission, 232 s this
+way, on one 2-core machine. Each submission's kernel, too, is a process of its own that runs the
+notebook from its first line, but it is forked from a server that has imported ipykernel, PyTorch
+(with the two parts it imports on first use), otter and the book's package once (kernel_server.py;
+test_kernel_server.py checks that such a kernel sees what a usual one sees): the fixture alone took
+260 s with usual kernels, 167 s with forked ones, on another 2-core machine, and the 55 results.json
+files were the same. ATTNLAB_FORKED_KERNELS=0 grades with usual kernels; the test of the grading
+environment built from the zip alone always does (otter's own command, a kernel of that
+environment). Each test then checks its own grade. Assignments 2 and 5 train a model (their wrong
+solutions of the questions before the training cut it to one step, and the notebook's held-out
+evaluation to 16 dates: the grader evaluates a model of its own).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _otter_run(autograder: str, submission: str, work: str) -> str | None:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 main(submission, autograder=autograder, output_dir=work)
             return None
-        except Exception as error:  # noqa: BLE001 (the test that asked for this grade reports it)
+        except Exception as error:  # the test that asked for this grade reports it
             if KERNEL_DIED in str(error) and attempt == 0:
                 continue
             return printed.getvalue()[-2000:] + traceback.format_exc()[-3000:]
@@ -209,10 +210,15 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     sleeping = [key for key in order if _sleeps(wrong.get(key))]
     # spawned, not forked: this process may hold PyTorch's threads (other tests ran in it)
     spawn = dict(mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
-    with kernel_server.running(env) as env, ProcessPoolExecutor(n, initargs=(env,), **spawn) as pool, \
-            ProcessPoolExecutor(max(1, len(sleeping)), initargs=(env,), **spawn) as beside:
-        futures = {key: grade(beside if key in sleeping else pool, *jobs[key], root / f"run-{i}")
-                   for i, key in enumerate(order)}
+    with (
+        kernel_server.running(env) as env,
+        ProcessPoolExecutor(n, initargs=(env,), **spawn) as pool,
+        ProcessPoolExecutor(max(1, len(sleeping)), initargs=(env,), **spawn) as beside,
+    ):
+        futures = {
+            key: grade(beside if key in sleeping else pool, *jobs[key], root / f"run-{i}")
+            for i, key in enumerate(order)
+        }
         for i, key in enumerate(order):
             failed = futures[key].result()
             notebook = jobs[key][1].name
@@ -237,10 +243,19 @@ def _questions(source: Path) -> list[tuple[str, int, str, int]]:
         if cell.cell_type == "raw" and cell.source.startswith("# BEGIN QUESTION"):
             config = yaml.safe_load(cell.source.split("\n", 1)[1])
             end = next(j for j in range(i, len(cells)) if cells[j].source.startswith("# END QUESTION"))
-            tests = [yaml.safe_load(c.source.split('""" # BEGIN TEST CONFIG', 1)[1].split('""" # END TEST CONFIG')[0])
-                     for c in cells[i:end] if c.cell_type == "code" and c.source.startswith('""" # BEGIN TEST CONFIG')]
-            found.append((config["name"], config["points"], cells[i + 1].source.split("\n", 1)[0],
-                          sum(t["points"] for t in tests)))
+            tests = [
+                yaml.safe_load(c.source.split('""" # BEGIN TEST CONFIG', 1)[1].split('""" # END TEST CONFIG')[0])
+                for c in cells[i:end]
+                if c.cell_type == "code" and c.source.startswith('""" # BEGIN TEST CONFIG')
+            ]
+            found.append(
+                (
+                    config["name"],
+                    config["points"],
+                    cells[i + 1].source.split("\n", 1)[0],
+                    sum(t["points"] for t in tests),
+                )
+            )
     return found
 
 
@@ -250,7 +265,8 @@ def test_students_see_each_questions_points_and_the_tests_add_up(name):
     assert questions, f"{name}: no questions"
     for question, points, heading, tests in questions:
         assert heading.startswith("## Question") and heading.endswith(f"({points} points)"), (
-            f"{name} {question}: its heading must end with its points, ({points} points): {heading!r}")
+            f"{name} {question}: its heading must end with its points, ({points} points): {heading!r}"
+        )
         assert tests == points, f"{name} {question}: its tests give {tests} points, its config {points}"
 
 
@@ -263,7 +279,9 @@ def test_the_instructor_guide_gives_each_assignments_marks():
         row = next((line for line in guide.splitlines() if line.startswith(f"| `{name}` |")), None)
         assert row, f"the instructor guide's table has no row for {name}"
         marks = sum(points for _, points, _, _ in _questions(ROOT / "assignments" / f"{name}.ipynb"))
-        assert row.split("|")[4].strip() == str(marks), f"{name}: the guide says {row.split('|')[4].strip()} marks, the questions give {marks}"
+        assert row.split("|")[4].strip() == str(marks), (
+            f"{name}: the guide says {row.split('|')[4].strip()} marks, the questions give {marks}"
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -273,7 +291,8 @@ def test_the_student_zip_unpacks_into_one_folder(built, name):
     with zipfile.ZipFile(built[name] / f"{name}-student.zip") as archive:
         entries = [e for e in archive.namelist() if not e.endswith("/")]
     assert entries and all(e.startswith(f"{name}/") for e in entries), (
-        f"every file of the student zip belongs in {name}/: {[e for e in entries if not e.startswith(name + '/')]}")
+        f"every file of the student zip belongs in {name}/: {[e for e in entries if not e.startswith(name + '/')]}"
+    )
     assert f"{name}/{name}.ipynb" in entries and any(e.startswith(f"{name}/tests/") for e in entries), entries
 
 
@@ -302,10 +321,12 @@ def test_the_autograder_zip_holds_its_whole_environment(built, name):
     assert otter_pin in pip, f"{name}: otter-grader is missing from the grading image ({pip}): overwrite_requirements?"
     torch_pin = f"torch=={_pins()['torch']}+cpu"
     assert torch_pin in pip and "--extra-index-url https://download.pytorch.org/whl/cpu" in pip, (
-        f"{name}: the grading image needs {torch_pin} from PyTorch's CPU index: {pip}")
+        f"{name}: the grading image needs {torch_pin} from PyTorch's CPU index: {pip}"
+    )
     wheel = f"attnlab-{build.VERSION}-py3-none-any.whl"
     assert f"{build.GRADER_FILES}/dist/{wheel}" in pip and f"files/dist/{wheel}" in names, (
-        f"{name}: the book's package must come from files/dist/{wheel} inside the zip: {pip}")
+        f"{name}: the book's package must come from files/dist/{wheel} inside the zip: {pip}"
+    )
     assert not [p for p in pip if "git+" in p or "github.com" in p], f"{name}: nothing from git at grading time: {pip}"
 
 
@@ -335,14 +356,21 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     # process and again in its kernel; torch in both kernels).
     leaks = {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE"}
     env = {k: v for k, v in os.environ.items() if k not in leaks}
-    env.update(PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off", JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.update(
+        PIP_NO_INPUT="1",
+        PIP_PROGRESS_BAR="off",
+        JUPYTER_DATA_DIR=str(tmp_path / "jupyter"),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     venv = tmp_path / "attnlab" / ".venv"
     python = str(venv / "bin" / "python")
     book_pip = re.search(r"\bpip==([0-9.]+)", (ROOT / "Makefile").read_text(encoding="utf-8")).group(1)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=env, timeout=300)
-    for step in ([sys.executable, "-m", "pip", "--python", python, "install", "-q", f"pip=={book_pip}"],
-                 [python, "-m", "pip", "install", "--no-compile", "-q", *packages]):
+    for step in (
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", f"pip=={book_pip}"],
+        [python, "-m", "pip", "install", "--no-compile", "-q", *packages],
+    ):
         done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=1200)
         assert done.returncode == 0, f"the grading environment did not install:\n{done.stderr[-3000:]}"
     # a mistake in the last question: the questions before it do not use its code, and keep full marks
@@ -351,9 +379,21 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     work = tmp_path / "wrong"
     work.mkdir()
     _wrong_notebook(dest, wrong, work / f"{name}.ipynb")
-    run = subprocess.run([str(venv / "bin" / "otter"), "run", "-a", str(dest / "autograder" / f"{name}-autograder.zip"),
-                          "-o", str(work), str(work / f"{name}.ipynb")], capture_output=True, text=True, env=env,
-                         timeout=600)
+    run = subprocess.run(
+        [
+            str(venv / "bin" / "otter"),
+            "run",
+            "-a",
+            str(dest / "autograder" / f"{name}-autograder.zip"),
+            "-o",
+            str(work),
+            str(work / f"{name}.ipynb"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert run.returncode == 0, f"otter run in the grading environment failed:\n{run.stderr[-3000:]}"
     grades = grades_in(work)
     assert set(grades) == {q for q, *_ in _questions(ROOT / "assignments" / f"{name}.ipynb")}, grades
@@ -445,10 +485,15 @@ def test_public_tests_check_values_so_a_wrong_solution_fails_them(graded, name, 
         return
     wrong = [w for w in WRONG if (w["assignment"], w["question"]) == (name, question)]
     assert wrong, f"{name} {question} has no wrong solution to try its public tests on"
-    failed = [w["mistake"] for w in wrong
-              if graded[f"public/wrong/{_wrong_id(w)}"][question].strip() != "All test cases passed!"]
-    assert failed, (f"{name} {question}: every wrong solution passes the public tests "
-                    f"({[w['mistake'] for w in wrong]}); add a check of values on a small case")
+    failed = [
+        w["mistake"]
+        for w in wrong
+        if graded[f"public/wrong/{_wrong_id(w)}"][question].strip() != "All test cases passed!"
+    ]
+    assert failed, (
+        f"{name} {question}: every wrong solution passes the public tests "
+        f"({[w['mistake'] for w in wrong]}); add a check of values on a small case"
+    )
 
 
 def _files(root: Path) -> list[str]:
@@ -461,9 +506,13 @@ def test_the_published_student_version_is_up_to_date(built, name):
     there) is exactly the student version that the source notebook builds now."""
     public, fresh = build.PUBLIC / name, built[name] / "student"
     hint = "run `make assignments` and commit assignments/public/"
-    assert _files(public) == _files(fresh), f"{name}: assignments/public/{name}/ holds other files than the build: {hint}"
+    assert _files(public) == _files(fresh), (
+        f"{name}: assignments/public/{name}/ holds other files than the build: {hint}"
+    )
     for f in _files(fresh):
-        assert (public / f).read_bytes() == (fresh / f).read_bytes(), f"{name}: public/{name}/{f} is out of date: {hint}"
+        assert (public / f).read_bytes() == (fresh / f).read_bytes(), (
+            f"{name}: public/{name}/{f} is out of date: {hint}"
+        )
 
 
 def _colab_branch(source: Path) -> str:
@@ -517,5 +566,7 @@ def test_the_instructor_guide_links_colab_to_this_releases_student_versions():
     guide = (ROOT / "book" / "instructor-guide.md").read_text(encoding="utf-8")
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     org_repo = config["repository"]["url"].removeprefix("https://github.com/")
-    link = f"https://colab.research.google.com/github/{org_repo}/blob/v{build.VERSION}/assignments/public/NAME/NAME.ipynb"
+    link = (
+        f"https://colab.research.google.com/github/{org_repo}/blob/v{build.VERSION}/assignments/public/NAME/NAME.ipynb"
+    )
     assert link in guide, f"the instructor guide must give the Colab link of this release: {link}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_server  # noqa: E402
+import kernel_server
 
 pytestmark = pytest.mark.skipif(not kernel_server.AVAILABLE, reason="the kernel server needs Linux")
 
@@ -118,7 +118,8 @@ def test_a_forked_kernel_sees_what_a_usual_kernel_sees(kernels, monkeypatch):
             manager.shutdown_kernel(now=False)
         kernel = seen[kind][0]["pid"]
         assert (kernel == launcher) == (kind == "usual"), (
-            f"{kind}: the kernel runs in pid {kernel}, launched as {launcher}")
+            f"{kind}: the kernel runs in pid {kernel}, launched as {launcher}"
+        )
         assert _gone(kernel, 10), f"{kind}: the kernel outlived its shutdown"
     usual, usual_log = seen["usual"]
     for kind in ("forked", "forked again"):
@@ -177,12 +178,14 @@ def test_the_server_ends_when_the_process_that_started_it_is_gone(tmp_path):
     import subprocess
 
     socket_path = tmp_path / "s.sock"
-    starter = ("import subprocess, sys, time, pathlib\n"
-               f"server = subprocess.Popen([sys.executable, {str(Path(kernel_server.__file__))!r}, 'serve', "
-               f"{str(socket_path)!r}, 'json'], env={{**__import__('os').environ, 'OMP_NUM_THREADS': '1'}}, "
-               "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-               f"while not pathlib.Path({str(socket_path)!r}).exists(): time.sleep(0.05)\n"
-               "print(server.pid, flush=True)\n")
+    starter = (
+        "import subprocess, sys, time, pathlib\n"
+        f"server = subprocess.Popen([sys.executable, {str(Path(kernel_server.__file__))!r}, 'serve', "
+        f"{str(socket_path)!r}, 'json'], env={{**__import__('os').environ, 'OMP_NUM_THREADS': '1'}}, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"while not pathlib.Path({str(socket_path)!r}).exists(): time.sleep(0.05)\n"
+        "print(server.pid, flush=True)\n"
+    )
     done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     server = int(done.stdout.split()[-1])

@@ -68,6 +68,7 @@ def _bibliography() -> dict[str, str]:
     return {c["id"]: c.select_one("span.label").get_text().strip("[]") for c in soup.select("div.citation")}
 
 
+@pytest.mark.site
 def test_the_bibliography_is_labelled_as_the_text_cites_in_that_order():
     labels = list(_bibliography().values())
     expected = [attnlab_sphinx.author_year(e) for e in ENTRIES.values()]
@@ -89,6 +90,7 @@ def _text_before(link, chars: int = 120) -> str:
     return " ".join("".join(parts).split())
 
 
+@pytest.mark.site
 def test_each_citation_in_the_text_reads_as_its_papers_label():
     """A textual citation, "Cho et al. [2014a]" (the link on the year), or a parenthetical one,
     "[Cho et al., 2014a]" (the link on both), reads as the label of the entry it leads to; with

@@ -145,6 +145,7 @@ def _soup(path: Path) -> BeautifulSoup:
     return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
 
 
+@pytest.mark.site
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_the_student_site_shows_the_exercises_without_their_solutions(chapter):
     page = f"chapters/{chapter.stem}.html"
@@ -159,6 +160,7 @@ def test_the_student_site_shows_the_exercises_without_their_solutions(chapter):
     assert (se.STUDENT_NOTEBOOKS / chapter.name).exists()
 
 
+@pytest.mark.site
 def test_the_student_site_has_no_instructor_guide_and_says_which_edition_it_is():
     assert (SITE / "book" / "instructor-guide.html").exists()
     assert not (STUDENT_SITE / "book" / "instructor-guide.html").exists()
@@ -184,6 +186,7 @@ def test_the_written_questions_have_a_model_answer_and_a_rubric_whose_points_add
         assert total == int(points), f"{label}: the rubric's marks add up to {total}, the question gives {points}"
 
 
+@pytest.mark.site
 def test_the_student_site_shows_the_written_questions_without_answers_or_rubrics():
     page = "book/written-questions.html"
     student, instructor = _soup(STUDENT_SITE / page), _soup(SITE / page)

@@ -38,8 +38,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LAUNCH_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
 # Two device pixels to a CSS pixel, as on a phone or a laptop's high-density screen: the diagrams'
@@ -49,6 +54,15 @@ DEVICE_SCALE = 2
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGETS_TIMEOUT_MS = 20_000
 SHOT_TIMEOUT_MS = 30_000  # a chapter's full-page screenshot takes 1.6 to 2.3 s here, a diagram's 0.1 to 0.3 s
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every check of this folder reads the built website: marked `site`, like those of tests/book that
+    do (`make site` runs `pytest tests/site tests/book -m site`)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.site)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -89,8 +103,9 @@ def _screenshot(page, *, stall_ms: int = SHOT_TIMEOUT_MS, **options) -> None:
     try:
         page.screenshot(timeout=stall_ms, **options)
     except PlaywrightTimeout as error:
-        raise ScreenshotStalled(f"Chromium's screenshot of {page.url} stalled (no image after "
-                                f"{stall_ms / 1000:g} s)") from error
+        raise ScreenshotStalled(
+            f"Chromium's screenshot of {page.url} stalled (no image after {stall_ms / 1000:g} s)"
+        ) from error
 
 
 def _again_if_stalled(check: Callable[[], None], discard: Callable[[], None]) -> None:
@@ -140,7 +155,9 @@ class OpenedPages:
         if self.page.viewport_size != viewport:
             _resize(self.page, viewport)
         shown = self.page.evaluate("() => [innerWidth, innerHeight]")
-        assert shown == [viewport["width"], viewport["height"]], f"{page_path}: asked for {viewport}, the window is {shown}"
+        assert shown == [viewport["width"], viewport["height"]], (
+            f"{page_path}: asked for {viewport}, the window is {shown}"
+        )
         if self.page.evaluate("() => document.documentElement.dataset.theme") != mode:
             _switch_mode(self.page, mode)
         return self.page, self.problems
@@ -160,7 +177,7 @@ class OpenedPages:
                 if self.page.viewport_size != VIEWPORT:
                     self.page.set_viewport_size(VIEWPORT)
                 return self.page
-            except Exception:  # noqa: BLE001 (a tab that no longer answers: a new one below)
+            except Exception:  # a tab that no longer answers: a new one below
                 self.discard()
         context = self.browser.new_context(viewport=VIEWPORT, device_scale_factor=DEVICE_SCALE)
         page = context.new_page()
@@ -198,7 +215,8 @@ class OpenedPages:
                         const tags = document.querySelectorAll('script[type="{WIDGET_VIEW}"]');
                         return Array.from(tags).every(t => {{
                             const area = t.previousElementSibling;
-                            return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
+                            return area && area.classList.contains('widget-subarea') &&
+                                area.querySelector('.jupyter-widgets');
                         }});
                     }}""",
                     timeout=WIDGETS_TIMEOUT_MS,

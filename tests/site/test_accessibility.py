@@ -1,18 +1,18 @@
 """Accessibility of the built website: axe-core's WCAG 2.1 A and AA rules on every page.
 
-Runs after `make book`, like tests/site/test_site.py, on the same local server over _build/html,
-in the same Chromium and on the same loaded page (tests/site/conftest.py). Every page is opened in light and in dark mode (pydata-sphinx-theme's `data-theme`:
-colour contrast differs), 1280 pixels wide, then in light mode 320 pixels wide (WCAG's reflow
-width), after the widgets have rendered; axe-core is injected and run with the tags wcag2a, wcag2aa,
-wcag21a and wcag21aa each time, and the test fails listing each violation: rule,
-impact, the elements (CSS selectors) and axe's one-line help. No rule is disabled and no page or
-element is excluded. On the same page two more checks: every <img>, visible or not, has a real
-alternative text, present, not empty and not a file name (docutils writes the image's path as
-its alt when none is given, which axe accepts but a screen reader reads out as a path); and
-every widget slider is named and tells the value its readout shows, also once moved with the
-keyboard (the widget manager gives it neither; book/_ext/static/attnlab-widgets-a11y.js does),
-and no slider's readout cuts off a value it can show (measured with each selection slider's
-every label in each readout).
+Runs after `make book`, like tests/site/test_site.py, on the same local server over _build/html, in
+the same Chromium and on the same loaded page (tests/site/conftest.py). Every page is opened in
+light and in dark mode (pydata-sphinx-theme's `data-theme`: colour contrast differs), 1280 pixels
+wide, then in light mode 320 pixels wide (WCAG's reflow width), after the widgets have rendered;
+axe-core is injected and run with the tags wcag2a, wcag2aa, wcag21a and wcag21aa each time, and the
+test fails listing each violation: rule, impact, the elements (CSS selectors) and axe's one-line
+help. No rule is disabled and no page or element is excluded. On the same page two more checks:
+every <img>, visible or not, has a real alternative text, present, not empty and not a file name
+(docutils writes the image's path as its alt when none is given, which axe accepts but a screen
+reader reads out as a path); and every widget slider is named and tells the value its readout shows,
+also once moved with the keyboard (the widget manager gives it neither;
+book/_ext/static/attnlab-widgets-a11y.js does), and no slider's readout cuts off a value it can show
+(measured with each selection slider's every label in each readout).
 
 axe-core comes from npm (package.json pins it; `npm ci` installs it into node_modules/). Where
 node_modules lacks it, ATTNLAB_AXE_JS names another copy of axe.min.js of the same version.
@@ -56,8 +56,10 @@ def _axe_path() -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    pytest.fail("axe-core is missing: run `npm ci` (package.json lists axe-core), or set ATTNLAB_AXE_JS "
-                f"to a copy of axe.min.js; looked at {[str(p) for p in candidates]}")
+    pytest.fail(
+        "axe-core is missing: run `npm ci` (package.json lists axe-core), or set ATTNLAB_AXE_JS "
+        f"to a copy of axe.min.js; looked at {[str(p) for p in candidates]}"
+    )
 
 
 @functools.cache
@@ -66,7 +68,9 @@ def _axe_source() -> str:
     pinned = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["devDependencies"]["axe-core"]
     source = path.read_text(encoding="utf-8")
     found = re.search(r"axe v([0-9][0-9.]*)", source[:500])
-    assert found and found.group(1) == pinned, f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
+    assert found and found.group(1) == pinned, (
+        f"{path} is axe-core {found and found.group(1)}, package.json pins {pinned}"
+    )
     return source
 
 
@@ -143,7 +147,8 @@ _SLIDERS = """() => Array.from(document.querySelectorAll('.widget-slider [role="
 })"""
 
 
-_CUT_OFF = """(labels) => Array.from(document.querySelectorAll('.widget-slider .widget-readout')).flatMap((readout, i) => {
+_CUT_OFF = """(labels) => Array.from(document.querySelectorAll('.widget-slider .widget-readout')).flatMap(
+  (readout, i) => {
     const shown = readout.textContent;
     const cut = [shown, ...labels].filter(label => {
         readout.textContent = label;
@@ -160,7 +165,9 @@ def _selection_labels(page) -> list[str]:
     labels = set()
     for text in page.locator('script[type="application/vnd.jupyter.widget-state+json"]').all_text_contents():
         for model in json.loads(text)["state"].values():
-            labels.update(model["state"].get("_options_labels", []) if model["model_name"] == "SelectionSliderModel" else [])
+            labels.update(
+                model["state"].get("_options_labels", []) if model["model_name"] == "SelectionSliderModel" else []
+            )
     return sorted(labels)
 
 
@@ -175,13 +182,18 @@ def _slider_problems(page) -> list[str]:
         if moved:
             for i in range(handles.count()):
                 handles.nth(i).focus()
-                page.keyboard.press("ArrowRight" if handles.nth(i).get_attribute("aria-valuenow") == "0.0" else "ArrowLeft")
+                page.keyboard.press(
+                    "ArrowRight" if handles.nth(i).get_attribute("aria-valuenow") == "0.0" else "ArrowLeft"
+                )
             page.wait_for_timeout(300)
         for i, s in enumerate(page.evaluate(_SLIDERS)):
             if not s["name"]:
                 problems.append(f"slider {i} has no accessible name")
             if s["value"] != s["readout"]:
-                problems.append(f"slider {i}{' after a move' if moved else ''}: aria-valuetext {s['value']!r}, readout {s['readout']!r}")
+                problems.append(
+                    f"slider {i}{' after a move' if moved else ''}: "
+                    f"aria-valuetext {s['value']!r}, readout {s['readout']!r}"
+                )
     return problems
 
 
@@ -215,6 +227,8 @@ def test_page_is_accessible(opened, page_path):
     if sliders:
         report.append("widget sliders:\n  " + "\n  ".join(sliders))
     if formulas:
-        report.append(f"inline formulas cut off at {SCANS[-1][0]['width']} px (make them display math, $$...$$):\n  "
-                      + "\n  ".join(formulas))
+        report.append(
+            f"inline formulas cut off at {SCANS[-1][0]['width']} px (make them display math, $$...$$):\n  "
+            + "\n  ".join(formulas)
+        )
     assert not report, f"{page_path}:\n" + "\n".join(report)

@@ -25,7 +25,8 @@ def test_each_page_in_the_tab_opens_as_a_first_visit(browser, server):
         assert not [p for p in problems if "left by the page before" in p], problems
         at_load = page.evaluate("() => window.attnlabAtLoad")
         assert at_load == {"width": VIEWPORT["width"], "mode": None}, (
-            f"the page opened at {at_load}, not as a first visit would, at {VIEWPORT['width']} px with nothing stored")
+            f"the page opened at {at_load}, not as a first visit would, at {VIEWPORT['width']} px with nothing stored"
+        )
 
         pages.discard()  # as a failed check does: the next page opens in a new browser context
         page, _ = pages.get("book/notation.html")

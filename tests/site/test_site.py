@@ -14,6 +14,7 @@ browser and the opened page come from tests/site/conftest.py.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 from pathlib import Path
@@ -126,19 +127,28 @@ def _shot_problems(page, shot: Path) -> list[str]:
     if not shot.is_file():
         return [f"no screenshot saved at {shot}"]
     size = page.viewport_size
-    expected = (size["width"], page.evaluate("() => document.documentElement.scrollHeight") if FULL_PAGE
-                else size["height"])
+    expected = (
+        size["width"],
+        page.evaluate("() => document.documentElement.scrollHeight") if FULL_PAGE else size["height"],
+    )
     with Image.open(shot) as image:
         got = image.size
     what = "the whole page" if FULL_PAGE else "the first screen"
-    return [] if got == expected else [f"the screenshot is {got[0]} x {got[1]} px, {what} is {expected[0]} x {expected[1]}"]
+    return (
+        []
+        if got == expected
+        else [f"the screenshot is {got[0]} x {got[1]} px, {what} is {expected[0]} x {expected[1]}"]
+    )
 
 
 @functools.cache
 def _ids(path: Path) -> frozenset[str]:
     """The anchors of a page (parsed once per page: every link with a fragment asks for them)."""
     soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-    return frozenset({tag["id"] for tag in soup.find_all(id=True)} | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})})
+    return frozenset(
+        {tag["id"] for tag in soup.find_all(id=True)}
+        | {tag["name"] for tag in soup.find_all("a", attrs={"name": True})}
+    )
 
 
 @pytest.mark.parametrize("page_path", PAGES)
@@ -168,7 +178,7 @@ def test_printed_output_reads_as_one_block(page_path):
     split = []
     for output in soup.select("div.cell_output"):
         blocks = [" ".join(tag.get("class", [])) for tag in output.find_all(recursive=False)]
-        for first, second in zip(blocks, blocks[1:]):
+        for first, second in itertools.pairwise(blocks):
             if "output stream" in first and "output stream" in second and "stderr" not in first + second:
                 split.append(output.get_text()[:80].strip())
                 break
@@ -189,6 +199,9 @@ def test_assets_are_served_by_the_site_not_injected_into_every_page():
     for ours in ("mathjax", "require.min.js", "@jupyter-widgets"):  # (_static/vendor/fontawesome is the theme's)
         assert not (SITE / "_static" / "vendor" / ours).exists(), ours
         assert (SITE / "vendor" / ours).exists(), ours
-    sources = [urlparse(urljoin("http://site/book/intro.html", src)).path for src in re.findall(r'<script[^>]+src="([^"]+)"', index)]
+    sources = [
+        urlparse(urljoin("http://site/book/intro.html", src)).path
+        for src in re.findall(r'<script[^>]+src="([^"]+)"', index)
+    ]
     assert "/vendor/mathjax/tex-chtml.js" in sources, sources
     assert not any(p.startswith("/_static/") and ("mathjax" in p or "embed-amd" in p) for p in sources), sources

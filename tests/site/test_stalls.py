@@ -36,7 +36,7 @@ def _busy_page(browser, server):
 
 
 def test_a_screenshot_of_a_page_that_cannot_draw_is_reported_as_stalled(browser, server, screenshot, tmp_path):
-    from conftest import ScreenshotStalled  # noqa: PLC0415 (tests/site's conftest: its class, for pytest.raises)
+    from conftest import ScreenshotStalled  # tests/site's conftest: its class, for pytest.raises
 
     page = _busy_page(browser, server)
     try:
@@ -48,8 +48,9 @@ def test_a_screenshot_of_a_page_that_cannot_draw_is_reported_as_stalled(browser,
         page.context.close()
 
 
-def test_a_check_whose_screenshot_stalls_once_passes_on_a_fresh_load(browser, server, screenshot,
-                                                                    again_if_stalled, tmp_path):
+def test_a_check_whose_screenshot_stalls_once_passes_on_a_fresh_load(
+    browser, server, screenshot, again_if_stalled, tmp_path
+):
     loads, discarded = [], []
 
     def check() -> None:
@@ -59,8 +60,9 @@ def test_a_check_whose_screenshot_stalls_once_passes_on_a_fresh_load(browser, se
             page.goto(server + "book/notation.html", wait_until="load")
         # the fresh load's screenshot has the checks' own limit: on a busy machine it may take more
         # than the 800 ms this test gives the busy page, and it did not stall
-        screenshot(page, path=str(tmp_path / f"shot{len(loads)}.png"),
-                   **({"stall_ms": STALL_MS} if len(loads) == 1 else {}))
+        screenshot(
+            page, path=str(tmp_path / f"shot{len(loads)}.png"), **({"stall_ms": STALL_MS} if len(loads) == 1 else {})
+        )
 
     try:
         with pytest.warns(UserWarning, match="stalled.*checked again on a fresh load"):
@@ -73,7 +75,7 @@ def test_a_check_whose_screenshot_stalls_once_passes_on_a_fresh_load(browser, se
 
 
 def test_a_check_whose_screenshot_stalls_every_time_fails(browser, server, screenshot, again_if_stalled, tmp_path):
-    from conftest import ScreenshotStalled  # noqa: PLC0415
+    from conftest import ScreenshotStalled
 
     loads = []
 

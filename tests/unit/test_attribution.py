@@ -176,7 +176,7 @@ def test_attribution_errors_name_the_argument():
     plain = Seq2Seq(Seq2SeqConfig(len(VOCAB), len(VOCAB), embed_dim=4, hidden_dim=4))
     with pytest.raises(TypeError, match="replace_score: model must be a Seq2Seq whose decoder has a score module"):
         replace_score(plain, UniformScore())
-    with pytest.raises(TypeError, match="replace_score: score must be an nn.Module .*got str"):
+    with pytest.raises(TypeError, match=r"replace_score: score must be an nn\.Module .*got str"):
         replace_score(model, "uniform")
     with pytest.raises(ValueError, match=r"UniformScore: key must have shape \(B, S, D_k\)"):
         UniformScore()(torch.ones(1, 2, 3), torch.ones(2, 3))

@@ -9,8 +9,9 @@ from attnlab.data.scenes import COMMA, END, PAD
 from attnlab.models import CaptionerConfig, ConvEncoder, HardCaptioner, SoftCaptioner, region_cells
 from attnlab.train import caption_loss, evaluate_captioner, gradient_noise, shift_captions, train_captioner
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
-    ["mps"] if torch.backends.mps.is_available() else [])
+DEVICES = (
+    ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if torch.backends.mps.is_available() else [])
+)
 
 
 def test_scenes_have_one_caption_per_image_in_reading_order():
@@ -51,8 +52,9 @@ def test_each_object_is_drawn_in_its_own_cell_in_its_colour():
 def test_scene_splits_share_no_scene():
     train, test = make_scene_splits(3000, 500, grid=2, max_objects=2, seed=0)
     assert len(train) == 3000 and len(test) == 500
-    seen = {(tuple(c.tolist()), tuple(p.tolist())) for c, p in zip(train.captions, train.cells)}
-    assert not any((tuple(c.tolist()), tuple(p.tolist())) in seen for c, p in zip(test.captions, test.cells))
+    seen = {(tuple(c.tolist()), tuple(p.tolist())) for c, p in zip(train.captions, train.cells, strict=True)}
+    pairs = zip(test.captions, test.cells, strict=True)
+    assert not any((tuple(c.tolist()), tuple(p.tolist())) in seen for c, p in pairs)
 
 
 def test_scene_errors_name_the_argument():
@@ -165,8 +167,10 @@ def test_reward_to_go_and_sequence_reward_differ_only_in_what_they_count():
     torch.manual_seed(0)
     task = make_scenes(8, grid=4, seed=3)
     model = HardCaptioner().train()
-    losses = [caption_loss(model, task.images, task.captions, reward=r, generator=torch.Generator().manual_seed(1))[0]
-              for r in ("to_go", "sequence")]
+    losses = [
+        caption_loss(model, task.images, task.captions, reward=r, generator=torch.Generator().manual_seed(1))[0]
+        for r in ("to_go", "sequence")
+    ]
     assert not torch.isclose(losses[0], losses[1])
     with pytest.raises(ValueError, match="reward must be 'to_go' or 'sequence'"):
         caption_loss(model, task.images, task.captions, reward="final")
@@ -185,7 +189,11 @@ def test_train_captioner_records_its_steps_and_its_evaluation():
     assert result.tokens.shape == (20, 3) and result.weights.shape == (20, 3, 4)
     again = evaluate_captioner(model, test, batch_size=7)  # the last evaluation is of the final model
     assert (result.exact_match, result.token_accuracy, result.grounding, result.grounded_words) == (
-        again.exact_match, again.token_accuracy, again.grounding, again.grounded_words)
+        again.exact_match,
+        again.token_accuracy,
+        again.grounding,
+        again.grounded_words,
+    )
     assert torch.equal(result.tokens, again.tokens)
     torch.testing.assert_close(result.weights, again.weights)
 
@@ -207,15 +215,16 @@ def test_captioner_errors_name_the_argument():
         CaptionerConfig(channels=[16, 32])
     with pytest.raises(ValueError, match=r"images must have shape \(B, 3, 48, 48\), got \(2, 3, 32, 32\)"):
         ConvEncoder(CaptionerConfig())(torch.zeros(2, 3, 32, 32))
-    with pytest.raises(TypeError, match="captions_in must be a torch.long tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"captions_in must be a torch\.long tensor, got torch\.float32"):
         SoftCaptioner()(torch.zeros(2, 3, 48, 48), torch.zeros(2, 5))
     with pytest.raises(ValueError, match="images and captions_in must have the same batch size, got 3 and 2"):
         SoftCaptioner()(torch.zeros(3, 3, 48, 48), torch.zeros(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match=r"expected_prob must be a number in \[0, 1\], got 2"):
         HardCaptioner(expected_prob=2)
     with pytest.raises(ValueError, match="32-pixel images"):
-        evaluate_captioner(SoftCaptioner(CaptionerConfig(image_size=32, grid=4, channels=(8, 8, 8))),
-                           make_scenes(3, grid=4))
+        evaluate_captioner(
+            SoftCaptioner(CaptionerConfig(image_size=32, grid=4, channels=(8, 8, 8))), make_scenes(3, grid=4)
+        )
     with pytest.raises(TypeError, match="SceneTask"):
         train_captioner(SoftCaptioner(), [1, 2], steps=1)
 

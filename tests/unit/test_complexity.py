@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -28,7 +29,7 @@ def test_flop_formulas_match_the_flop_counter(n, d):
     assert count_flops(lambda: conv(torch.randn(1, d, n))) == layer_flops("convolutional", n, d, k=5)
     x = torch.randn(1, n, d)
     for cell, module in (("gru", nn.GRU(d, d, batch_first=True)), ("rnn", nn.RNN(d, d, batch_first=True))):
-        assert count_flops(lambda: module(x)) == layer_flops("recurrent", n, d, cell=cell)
+        assert count_flops(functools.partial(module, x)) == layer_flops("recurrent", n, d, cell=cell)
 
 
 def test_orders_of_growth():
@@ -99,8 +100,12 @@ def test_measure_on_cpu_prints_nothing(monkeypatch, capfd):
     start = profiler.profile.start
 
     def start_and_warn(self):
-        warnings.warn("Warning: Profiler clears events at the end of each cycle. Only events from the "
-                      "current cycle will be reported.", UserWarning, stacklevel=2)
+        warnings.warn(
+            "Warning: Profiler clears events at the end of each cycle. Only events from the "
+            "current cycle will be reported.",
+            UserWarning,
+            stacklevel=2,
+        )
         start(self)
 
     monkeypatch.setattr(profiler.profile, "start", start_and_warn)
@@ -118,8 +123,10 @@ def test_naive_attention_memory_is_measured_quadratic_and_blockwise_linear():
     for n in (256, 512):
         q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
         peaks[n] = (
-            measure(lambda: scaled_dot_product_attention(q, k, v, backend="naive"), repeats=1, warmup=0).peak_bytes,
-            measure(lambda: blockwise_attention(q, k, v, block_size=64), repeats=1, warmup=0).peak_bytes,
+            measure(
+                functools.partial(scaled_dot_product_attention, q, k, v, backend="naive"), repeats=1, warmup=0
+            ).peak_bytes,
+            measure(functools.partial(blockwise_attention, q, k, v, block_size=64), repeats=1, warmup=0).peak_bytes,
         )
     assert 3.5 < peaks[512][0] / peaks[256][0] < 4.5
     assert 1.5 < peaks[512][1] / peaks[256][1] < 2.5

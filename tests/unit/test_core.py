@@ -24,14 +24,18 @@ TOLERANCE = {torch.float32: {}, torch.float64: {}, torch.bfloat16: {"atol": 2e-2
 
 def _qkv(batch, L, S, E, Ev, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*batch, L, E, generator=g).to(dtype), torch.randn(*batch, S, E, generator=g).to(dtype),
-            torch.randn(*batch, S, Ev, generator=g).to(dtype))
+    return (
+        torch.randn(*batch, L, E, generator=g).to(dtype),
+        torch.randn(*batch, S, E, generator=g).to(dtype),
+        torch.randn(*batch, S, Ev, generator=g).to(dtype),
+    )
 
 
 def _reference(q, k, v, mask=None, causal=False, scale=None):
     """PyTorch's own kernel, computed in float64 for the comparison."""
-    out = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, is_causal=causal,
-                                         scale=scale)
+    out = F.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=mask, is_causal=causal, scale=scale
+    )
     return out.to(q.dtype)
 
 
@@ -60,8 +64,9 @@ def test_parity_with_boolean_and_float_masks(backend, mask_shape):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scale_argument(backend):
     q, k, v = _qkv((2,), 3, 4, 8, 8, torch.float64)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, scale=0.3, backend=backend),
-                               _reference(q, k, v, scale=0.3))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, scale=0.3, backend=backend), _reference(q, k, v, scale=0.3)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -94,7 +99,7 @@ def test_gradients_through_fully_masked_rows(dtype, float_mask):
         grads[backend] = torch.autograd.grad((out * weight).sum(), inputs)
         assert all(torch.isfinite(g).all() for g in grads[backend]), backend
         assert not grads[backend][0][1, 0, 2].any(), backend  # that query changes nothing
-    for fast, naive in zip(grads["fast"], grads["naive"]):
+    for fast, naive in zip(grads["fast"], grads["naive"], strict=True):
         torch.testing.assert_close(fast, naive)
 
 
@@ -102,8 +107,9 @@ def test_gradients_through_fully_masked_rows(dtype, float_mask):
 def test_gradcheck_float64(backend):
     q, k, v = (t.requires_grad_() for t in _qkv((2,), 3, 4, 5, 3, torch.float64))
     mask = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
-    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, backend=backend),
-                                    (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, backend=backend), (q, k, v)
+    )
 
 
 def test_attention_returns_the_three_stages():
@@ -153,8 +159,11 @@ def test_bottom_right_causal_mask_matches_torch_causal_lower_right():
         ({"query": torch.zeros(2, 3, 7)}, ValueError, "query and key must have the same feature size E"),
         ({"query": torch.zeros(3)}, ValueError, "query must have at least 2 dimensions"),
         ({"query": torch.zeros(2, 3, 8, dtype=torch.long)}, TypeError, "query must be a floating-point tensor"),
-        ({"attn_mask": torch.ones(4, 4, dtype=torch.bool)}, ValueError,
-         r"the shape of attn_mask is \(4, 4\), but it must broadcast to \(..., L, S\) = \(2, 3, 4\)"),
+        (
+            {"attn_mask": torch.ones(4, 4, dtype=torch.bool)},
+            ValueError,
+            r"the shape of attn_mask is \(4, 4\), but it must broadcast to \(..., L, S\) = \(2, 3, 4\)",
+        ),
         ({"attn_mask": torch.ones(3, 4, dtype=torch.long)}, TypeError, "attn_mask must be boolean"),
         ({"dropout_p": 1.0}, ValueError, r"dropout_p must be a number in \[0, 1\)"),
         ({"attn_mask": torch.ones(3, 4, dtype=torch.bool), "is_causal": True}, ValueError, "not both"),
@@ -171,7 +180,9 @@ def test_bad_input_is_explained(kwargs, error, message):
 
 def test_attention_checks_what_the_score_returns():
     q, k, v = _qkv((2,), 3, 4, 8, 5)
-    with pytest.raises(ValueError, match=r"score's output must have shape \(..., L, S\) = \(2, 3, 4\), got \(2, 3, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"score's output must have shape \(..., L, S\) = \(2, 3, 4\), got \(2, 3, 3\)"
+    ):
         attention(q, k, v, score=lambda q, k: q @ q.transpose(-2, -1))
 
 
@@ -183,8 +194,13 @@ def test_to_float_mask_errors():
 
 
 @settings(max_examples=40, deadline=None)
-@given(L=st.integers(1, 5), S=st.integers(1, 6), seed=st.integers(0, 2**16), shift=st.floats(-30, 30),
-       backend=st.sampled_from(BACKENDS))
+@given(
+    L=st.integers(1, 5),
+    S=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+    shift=st.floats(-30, 30),
+    backend=st.sampled_from(BACKENDS),
+)
 def test_properties(L, S, seed, shift, backend):
     q, k, v = _qkv((2,), L, S, 4, 3, torch.float64, seed)
     g = torch.Generator().manual_seed(seed)

@@ -31,8 +31,12 @@ def _grads(fn, q, k, v, upstream):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    L=st.integers(1, 20), S=st.integers(1, 20), E=st.integers(1, 6), block=st.integers(1, 25),
-    mask_kind=st.sampled_from(["none", "causal", "bool", "float", "padding"]), seed=st.integers(0, 2**16),
+    L=st.integers(1, 20),
+    S=st.integers(1, 20),
+    E=st.integers(1, 6),
+    block=st.integers(1, 25),
+    mask_kind=st.sampled_from(["none", "causal", "bool", "float", "padding"]),
+    seed=st.integers(0, 2**16),
 )
 def test_equals_the_naive_kernel_and_its_gradients(L, S, E, block, mask_kind, seed):
     q, k, v = _qkv((2, 3, L, E), S, 4, seed=seed)
@@ -55,7 +59,7 @@ def test_equals_the_naive_kernel_and_its_gradients(L, S, E, block, mask_kind, se
     out, grads = _grads(ours, q, k, v, upstream)
     expected, expected_grads = _grads(naive, q, k, v, upstream)
     torch.testing.assert_close(out, expected)
-    for got, want in zip(grads, expected_grads):
+    for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want)
 
 
@@ -64,17 +68,23 @@ def test_equals_the_naive_kernel_and_its_gradients(L, S, E, block, mask_kind, se
 def test_equals_torch_in_float32(causal, block):
     q, k, v = _qkv((2, 4, 70, 16), 70, 16, dtype=torch.float32)
     upstream = torch.randn(2, 4, 70, 16)
-    out, grads = _grads(lambda q, k, v: blockwise_attention(q, k, v, is_causal=causal, block_size=block), q, k, v, upstream)
-    expected, expected_grads = _grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, upstream)
+    out, grads = _grads(
+        lambda q, k, v: blockwise_attention(q, k, v, is_causal=causal, block_size=block), q, k, v, upstream
+    )
+    expected, expected_grads = _grads(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, upstream
+    )
     torch.testing.assert_close(out, expected, atol=2e-5, rtol=1e-4)
-    for got, want in zip(grads, expected_grads):
+    for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
 def test_gradcheck():
     q, k, v = _qkv((1, 2, 5, 3), 6, 2)
     assert torch.autograd.gradcheck(lambda q, k, v: blockwise_attention(q, k, v, block_size=2), (q, k, v))
-    assert torch.autograd.gradcheck(lambda q, k, v: blockwise_attention(q, k, v, is_causal=True, block_size=4), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: blockwise_attention(q, k, v, is_causal=True, block_size=4), (q, k, v)
+    )
 
 
 def test_fully_masked_queries_get_zeros_and_zero_gradients():
@@ -126,11 +136,15 @@ def test_signature_is_pytorchs():
     assert inspect.signature(blockwise_attention).parameters["block_size"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
-@pytest.mark.parametrize(("fifth", "error"), [(True, TypeError), (0.5, ValueError), (1, ValueError), (False, TypeError)])
+@pytest.mark.parametrize(
+    ("fifth", "error"), [(True, TypeError), (0.5, ValueError), (1, ValueError), (False, TypeError)]
+)
 def test_the_fifth_argument_is_dropout_p_not_is_causal(fifth, error):
     """A call ported from torch, or written for the old order, must not silently mean causal."""
     q, k, v = _qkv((1, 2, 6, 3), 6, 2)
-    with pytest.raises(error, match="does not implement dropout, so dropout_p must be 0.0.*pass is_causal=True by keyword"):
+    with pytest.raises(
+        error, match=r"does not implement dropout, so dropout_p must be 0\.0.*pass is_causal=True by keyword"
+    ):
         blockwise_attention(q, k, v, None, fifth)
 
 
@@ -138,4 +152,6 @@ def test_dropout_p_zero_is_accepted_in_torchs_place():
     q, k, v = _qkv((1, 2, 6, 3), 6, 2)
     expected = F.scaled_dot_product_attention(q, k, v, None, 0.0, True)
     torch.testing.assert_close(blockwise_attention(q, k, v, None, 0.0, True, block_size=4), expected)
-    torch.testing.assert_close(blockwise_attention(q, k, v, None, 0, block_size=4), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(
+        blockwise_attention(q, k, v, None, 0, block_size=4), F.scaled_dot_product_attention(q, k, v)
+    )

@@ -61,7 +61,7 @@ def test_grouped_heads_read_their_groups_keys(backend):
 def test_kv_cache_bytes_per_token():
     assert kv_cache_bytes_per_token(2, 8, 64) == 2 * 2 * 8 * 64 * 4
     assert kv_cache_bytes_per_token(32, 8, 128, torch.float16) == 2 * 32 * 8 * 128 * 2
-    with pytest.raises(TypeError, match="kv_cache_bytes_per_token: dtype must be a torch.dtype, got str"):
+    with pytest.raises(TypeError, match=r"kv_cache_bytes_per_token: dtype must be a torch\.dtype, got str"):
         kv_cache_bytes_per_token(1, 1, 1, "float16")
 
 

@@ -61,7 +61,9 @@ def _torch_kernel(q, k, v, mask, causal):
 
 KERNELS = {
     "blockwise": lambda q, k, v, mask, causal: blockwise_attention(q, k, v, mask, is_causal=causal, block_size=32),
-    "naive": lambda q, k, v, mask, causal: scaled_dot_product_attention(q, k, v, mask, is_causal=causal, backend="naive"),
+    "naive": lambda q, k, v, mask, causal: scaled_dot_product_attention(
+        q, k, v, mask, is_causal=causal, backend="naive"
+    ),
     "fast": lambda q, k, v, mask, causal: scaled_dot_product_attention(q, k, v, mask, is_causal=causal, backend="fast"),
 }
 
@@ -86,7 +88,8 @@ def _errors(kernel, dtype, case, seed=0, grads=True):
     for got in (ours, theirs):
         assert got[0].dtype == dtype
         assert all(torch.isfinite(t).all() for t in got)
-    return {n: (_error(o, w), _error(t, w)) for n, o, t, w in zip(names, ours, theirs, want)}
+    # without grads, the output alone: names is then shorter than the runs' results
+    return {n: (_error(o, w), _error(t, w)) for n, o, t, w in zip(names, ours, theirs, want, strict=False)}
 
 
 def _error(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
@@ -137,7 +140,9 @@ def test_masked_softmax_is_as_accurate_as_torch_softmax(dtype, case):
     scores = (q @ k.transpose(-2, -1)) * 4  # (B, H, L, S); large scores, where rounding shows
     got = masked_softmax(scores, mask)
     assert got.dtype == dtype
-    want = masked_softmax(scores.double(), None if mask is None else (mask if mask.dtype == torch.bool else mask.double()))
+    want = masked_softmax(
+        scores.double(), None if mask is None else (mask if mask.dtype == torch.bool else mask.double())
+    )
     if mask is None:
         theirs = torch.softmax(scores, -1)
     elif mask.dtype == torch.bool:

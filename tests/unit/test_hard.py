@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from attnlab.attention import (MovingAverageBaseline, attention_entropy, hard_attend, reinforce_loss,
-                               sample_location)
+from attnlab.attention import MovingAverageBaseline, attention_entropy, hard_attend, reinforce_loss, sample_location
 
 
 def _reinforce_samples(theta, reward, baseline, n, seed):
@@ -73,8 +72,9 @@ def test_entropy_bonus_and_baseline():
     # the entropy bonus: with no reward signal (log_prob constant) the gradient is exactly
     # -0.1 times the gradient of the mean entropy, so a step of gradient descent spreads the weights
     logits = torch.randn(3, 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
-    loss = reinforce_loss(torch.zeros(3), torch.ones(3), 0.0,
-                          entropy=attention_entropy(torch.softmax(logits, -1)), entropy_weight=0.1)
+    loss = reinforce_loss(
+        torch.zeros(3), torch.ones(3), 0.0, entropy=attention_entropy(torch.softmax(logits, -1)), entropy_weight=0.1
+    )
     (grad,) = torch.autograd.grad(loss, logits)
     (expected,) = torch.autograd.grad(-0.1 * attention_entropy(torch.softmax(logits, -1)).mean(), logits)
     torch.testing.assert_close(grad, expected)

@@ -35,8 +35,11 @@ def test_parallel_form_equals_the_formula_and_the_weights(causal):
 
 def test_recurrent_form_equals_the_parallel_form_and_carries_its_state():
     torch.manual_seed(1)
-    q, k, v = torch.randn(2, 9, 4, dtype=torch.float64), torch.randn(2, 9, 4, dtype=torch.float64), torch.randn(
-        2, 9, 5, dtype=torch.float64)
+    q, k, v = (
+        torch.randn(2, 9, 4, dtype=torch.float64),
+        torch.randn(2, 9, 4, dtype=torch.float64),
+        torch.randn(2, 9, 5, dtype=torch.float64),
+    )
     parallel = linear_attention(q, k, v, causal=True)
     recurrent, (s, z) = linear_attention_recurrent(q, k, v)
     torch.testing.assert_close(recurrent, parallel)
@@ -46,7 +49,7 @@ def test_recurrent_form_equals_the_parallel_form_and_carries_its_state():
     torch.testing.assert_close(torch.cat([first, rest], 1), parallel)
     one_at_a_time, state = [], None
     for i in range(9):  # as a generator runs it: one token, a state of fixed size
-        out, state = linear_attention_recurrent(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], state)
+        out, state = linear_attention_recurrent(q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1], state)
         one_at_a_time.append(out)
         assert state[0].shape == (2, 4, 5)
     torch.testing.assert_close(torch.cat(one_at_a_time, 1), parallel)

@@ -62,8 +62,9 @@ def test_no_chapter_uses_text_positions_or_private_imports():
                 for line in cell.source.splitlines():
                     if line.startswith(("from attnlab", "import attnlab")):
                         names = line.split(" import ", 1)[-1]
-                        assert not any(n.strip().startswith("_") for n in names.split(",")), \
+                        assert not any(n.strip().startswith("_") for n in names.split(",")), (
                             f"{path.name} imports a private name: {line}"
+                        )
 
 
 def test_every_marked_region_in_the_package_is_well_formed():
@@ -79,28 +80,40 @@ def test_every_marked_region_in_the_package_is_well_formed():
 
 
 def test_a_region_is_the_code_between_its_markers():
-    source = "def f():\n    a = 1\n    # listing: core\n    b = 2\n    # listing: inner\n    c = 3\n" \
-             "    # end listing: inner\n    # end listing: core\n    return a\n"
+    source = (
+        "def f():\n    a = 1\n    # listing: core\n    b = 2\n    # listing: inner\n    c = 3\n"
+        "    # end listing: inner\n    # end listing: core\n    return a\n"
+    )
     found = regions(source)
     assert found == {"core": "    b = 2\n    c = 3\n", "inner": "    c = 3\n"}
 
 
-@pytest.mark.parametrize("source, message", [
-    ("# listing: a\nx = 1\n", "never ended"),
-    ("x = 1\n# end listing: a\n", "without"),
-    ("# listing: a\n# end listing: a\n# listing: a\n# end listing: a\n", "marked twice"),
-])
+def test_a_region_leaves_out_blank_lines_before_its_end_marker():
+    source = "def f():\n    # listing: g\n    def g():\n        return 1\n\n    # end listing: g\n    return g\n"
+    assert regions(source) == {"g": "    def g():\n        return 1\n"}
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("# listing: a\nx = 1\n", "never ended"),
+        ("x = 1\n# end listing: a\n", "without"),
+        ("# listing: a\n# end listing: a\n# listing: a\n# end listing: a\n", "marked twice"),
+    ],
+)
 def test_malformed_markers_are_refused(source, message):
     with pytest.raises(ValueError, match=message):
         regions(source)
 
 
 def test_the_helper_names_what_is_wrong():
-    with pytest.raises(ValueError, match="no region 'nothing' is marked in the source of masked_softmax; marked: \\['mask'\\]"):
+    with pytest.raises(
+        ValueError, match="no region 'nothing' is marked in the source of masked_softmax; marked: \\['mask'\\]"
+    ):
         listing(attnlab.masked_softmax, "nothing")
     with pytest.raises(ValueError, match="names nothing"):
         listing("attnlab.train._no_such_loop")
-    with pytest.raises(ValueError, match="must start with 'attnlab.'"):
+    with pytest.raises(ValueError, match=r"must start with 'attnlab\.'"):
         listing("torch.nn.functional.softmax")
     with pytest.raises(TypeError, match="part must be a region name"):
         listing(attnlab.masked_softmax, 3)

@@ -21,16 +21,19 @@ from attnlab.train import (
 )
 
 V = 13
-KINDS = {f"{p}-{a}": dict(positions=p, attention=a) for p in ("none", "sinusoidal", "learned", "rope", "alibi")
-         for a in ("softmax", "linear") if not (p == "alibi" and a == "linear")}
+KINDS = {
+    f"{p}-{a}": dict(positions=p, attention=a)
+    for p in ("none", "sinusoidal", "learned", "rope", "alibi")
+    for a in ("softmax", "linear")
+    if not (p == "alibi" and a == "linear")
+}
 KINDS["rope-softmax-G1"] = dict(positions="rope", num_kv_heads=1)
 KINDS["alibi-softmax-G2"] = dict(positions="alibi", num_kv_heads=2)
 
 
 def lm(seed: int = 0, **options) -> TransformerLM:
     torch.manual_seed(seed)
-    model = TransformerLM(LMConfig(V, d_model=16, num_heads=4, num_layers=2, dim_feedforward=32, max_len=64,
-                                   **options))
+    model = TransformerLM(LMConfig(V, d_model=16, num_heads=4, num_layers=2, dim_feedforward=32, max_len=64, **options))
     return model.eval()
 
 
@@ -99,14 +102,22 @@ def test_decoding_with_caches_gives_the_logits_of_the_whole_sequence(kind):
     caches = model.new_caches()
     with torch.no_grad():
         whole = model(tokens)
-        pieces = [model(tokens[:, :4], 0, caches)] + [model(tokens[:, t:t + 1], t, caches) for t in range(4, 10)]
+        pieces = [model(tokens[:, :4], 0, caches)] + [model(tokens[:, t : t + 1], t, caches) for t in range(4, 10)]
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, atol=1e-5, rtol=1e-5)
     assert all(c.length == 10 for c in caches)
 
 
-@pytest.mark.parametrize("kind, invariant", [("rope-softmax", True), ("alibi-softmax", True), ("none-softmax", True),
-                                             ("rope-linear", False), ("sinusoidal-softmax", False),
-                                             ("learned-softmax", False)])
+@pytest.mark.parametrize(
+    "kind, invariant",
+    [
+        ("rope-softmax", True),
+        ("alibi-softmax", True),
+        ("none-softmax", True),
+        ("rope-linear", False),
+        ("sinusoidal-softmax", False),
+        ("learned-softmax", False),
+    ],
+)
 def test_relative_positions_do_not_see_where_a_window_starts(kind, invariant):
     """RoPE and ALiBi scores depend on offsets only: the same tokens at positions 0.. or 20.. give
     the same logits. Added positions do, and so does RoPE under linear attention (phi breaks it)."""
@@ -132,8 +143,9 @@ def test_the_caches_grow_by_a_tokens_keys_and_values_except_linear_attentions_st
     model = lm(attention="linear")
     caches = model.new_caches()
     with torch.no_grad():
-        sizes = [(model(torch.zeros(1, 1, dtype=torch.long), t, caches), sum(c.nbytes for c in caches))[1]
-                 for t in range(5)]
+        sizes = [
+            (model(torch.zeros(1, 1, dtype=torch.long), t, caches), sum(c.nbytes for c in caches))[1] for t in range(5)
+        ]
     assert sizes == [2 * (4 * 4 * 4 + 4 * 4) * 4] * 5  # 2 blocks x (S: H E E, z: H E) x float32
     assert LMCache().nbytes == 0
 
@@ -180,8 +192,9 @@ def test_sample_next_follows_temperature_and_top_k():
     logits = torch.tensor([[0.0, 1.0, 3.0, 2.0], [5.0, 0.0, 0.0, 4.0]])
     assert sample_next(logits, temperature=0).tolist() == [[2], [0]]
     assert sample_next(logits, top_k=1, generator=torch.Generator().manual_seed(0)).tolist() == [[2], [0]]
-    draws = torch.cat([sample_next(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(200)],
-                      dim=1)
+    draws = torch.cat(
+        [sample_next(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(200)], dim=1
+    )
     assert set(draws[0].tolist()) == {2, 3} and set(draws[1].tolist()) == {0, 3}
     # a low temperature puts almost every draw on the argmax, a high one spreads them out
     g = torch.Generator().manual_seed(1)
@@ -200,8 +213,12 @@ def test_sample_next_follows_temperature_and_top_k():
 def test_generation_with_the_cache_equals_generation_without_it(kind):
     model = lm(**KINDS[kind])
     prompt = torch.randint(0, V, (3, 4))
-    runs = [generate(model, prompt, 12, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(3),
-                     use_cache=cached) for cached in (True, False)]
+    runs = [
+        generate(
+            model, prompt, 12, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(3), use_cache=cached
+        )
+        for cached in (True, False)
+    ]
     assert runs[0].shape == (3, 16) and torch.equal(runs[0][:, :4], prompt)
     assert torch.equal(runs[0], runs[1])
     greedy = generate(model, prompt, 1, temperature=0)
@@ -252,14 +269,15 @@ def test_the_loss_by_position_is_the_cross_entropy_of_each_position():
     model = lm()
     ids = torch.randint(0, V, (50,))
     by_position = lm_loss_by_position(model, ids, context=8)
-    windows = torch.stack([ids[i * 8:i * 8 + 9] for i in range(6)])  # (50 - 1) // 8 = 6 windows
+    windows = torch.stack([ids[i * 8 : i * 8 + 9] for i in range(6)])  # (50 - 1) // 8 = 6 windows
     with torch.no_grad():
         logits = model(windows[:, :-1])
     expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
     torch.testing.assert_close(by_position, expected)
     assert evaluate_lm(model, ids, context=8) == pytest.approx(float(expected.mean()))
-    masked = lm_loss_by_position(lm(causal=False), torch.randint(1, V, (400,)), context=8, objective="masked",
-                                 mask_rate=0.5)
+    masked = lm_loss_by_position(
+        lm(causal=False), torch.randint(1, V, (400,)), context=8, objective="masked", mask_rate=0.5
+    )
     assert masked.shape == (8,) and bool((masked > 0).all())
 
 
@@ -268,8 +286,9 @@ def test_training_lowers_the_loss_and_checks_its_arguments():
     for objective, causal in (("causal", True), ("masked", False)):
         model = lm(causal=causal)
         before = evaluate_lm(model, ids, context=16, objective=objective)
-        history = train_lm(model, ids, steps=40, context=16, objective=objective, batch_size=8, lr=1e-2, warmup=5,
-                           progress=False)
+        history = train_lm(
+            model, ids, steps=40, context=16, objective=objective, batch_size=8, lr=1e-2, warmup=5, progress=False
+        )
         assert len(history.loss) == 40
         assert evaluate_lm(model, ids, context=16, objective=objective) < 0.7 * before
     with pytest.raises(ValueError, match=r"the 'masked' objective needs LMConfig\(causal=False\)"):
@@ -295,8 +314,9 @@ def test_the_seq2seq_loss_by_position_is_the_teacher_forced_cross_entropy():
             src = torch.tensor([vocab.encode(source)])
             tgt_in = torch.tensor([vocab.encode(target, start=True)])
             logits, _ = model(src, torch.tensor([len(source)]), tgt_in)
-            loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(vocab.encode(target, end=True)),
-                                                     reduction="none")
-            expected[:len(target)] += loss[:len(target)]
-            counts[:len(target)] += 1
+            loss = torch.nn.functional.cross_entropy(
+                logits[0], torch.tensor(vocab.encode(target, end=True)), reduction="none"
+            )
+            expected[: len(target)] += loss[: len(target)]
+            counts[: len(target)] += 1
     torch.testing.assert_close(by_position, expected / counts)

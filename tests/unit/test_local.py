@@ -1,5 +1,7 @@
 """Restricted (banded) self-attention of chapter 5."""
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,8 +11,14 @@ from attnlab.attention import attention, band_mask, band_to_dense, banded_attent
 
 
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 40), window=st.integers(0, 14), causal=st.booleans(), seed=st.integers(0, 2**16),
-       heads=st.integers(1, 3), chunk=st.one_of(st.none(), st.integers(1, 8)))
+@given(
+    n=st.integers(1, 40),
+    window=st.integers(0, 14),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+    heads=st.integers(1, 3),
+    chunk=st.one_of(st.none(), st.integers(1, 8)),
+)
 def test_banded_attention_equals_full_attention_with_a_band_mask(n, window, causal, seed, heads, chunk):
     g = torch.Generator().manual_seed(seed)
     q, k = (torch.randn(2, heads, n, 6, generator=g, dtype=torch.float64) for _ in range(2))
@@ -24,7 +32,12 @@ def test_banded_attention_equals_full_attention_with_a_band_mask(n, window, caus
 
 def test_band_mask_shape_and_content():
     assert band_mask(5, 1).int().tolist() == [
-        [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [0, 1, 1, 1, 0],
+        [0, 0, 1, 1, 1],
+        [0, 0, 0, 1, 1],
+    ]
     assert band_mask(4, 2, causal=True).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1]]
 
 
@@ -41,7 +54,7 @@ def test_banded_attention_memory_grows_linearly():
     peaks = []
     for n in (1024, 2048):
         q, k, v = (torch.randn(1, 1, n, 16) for _ in range(3))
-        peaks.append(measure(lambda: banded_attention(q, k, v, 8), repeats=1, warmup=0).peak_bytes)
+        peaks.append(measure(functools.partial(banded_attention, q, k, v, 8), repeats=1, warmup=0).peak_bytes)
     assert 1.6 < peaks[1] / peaks[0] < 2.4
 
 
@@ -49,7 +62,7 @@ def test_local_errors_name_the_argument():
     x = torch.zeros(2, 4, 3)
     with pytest.raises(ValueError, match="window must be an int >= 0, got -1"):
         banded_attention(x, x, x, -1)
-    with pytest.raises(TypeError, match="query must be a floating-point tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"query must be a floating-point tensor, got torch\.int64"):
         banded_attention(x.long(), x, x, 1)
     with pytest.raises(ValueError, match=r"key must have shape \(..., N, features\), got \(3,\)"):
         banded_attention(x, torch.zeros(3), x, 1)
@@ -75,8 +88,8 @@ def test_rolling_cache_decoding_equals_full_sliding_window_attention():
     full = scaled_dot_product_attention(q, k, v, band_mask(N, w, causal=True))
     cache, sizes, steps = RollingKVCache(w), [], []
     for i in range(N):
-        keys, values = cache.append(k[:, :, i:i + 1], v[:, :, i:i + 1])
-        steps.append(scaled_dot_product_attention(q[:, :, i:i + 1], keys, values))
+        keys, values = cache.append(k[:, :, i : i + 1], v[:, :, i : i + 1])
+        steps.append(scaled_dot_product_attention(q[:, :, i : i + 1], keys, values))
         sizes.append(cache.nbytes)
     torch.testing.assert_close(torch.cat(steps, dim=2), full)
     assert keys.shape == (B, H, w + 1, E)

@@ -98,7 +98,7 @@ def test_local_attention_errors_name_the_argument():
     q, k, v, centres = _inputs()
     with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
         local_attention(_dot, q, k, v, centres, 0)
-    with pytest.raises(TypeError, match="centres must be a floating-point tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"centres must be a floating-point tensor, got torch\.int64"):
         local_attention(_dot, q, k, v, centres.long(), 2)
     with pytest.raises(ValueError, match=r"centres \(B, L\)"):
         local_attention(_dot, q, k, v, centres[:, :3], 2)
@@ -158,8 +158,9 @@ def test_local_m_trains_with_the_seq2seq_loop():
     config = Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=16, bidirectional=True)
     torch.manual_seed(0)
     model = Seq2Seq(config, decoder=LuongLocalDecoder(config, mode="local-m", window=1))
-    history = train_seq2seq(model, pairs, vocab, vocab, steps=30, batch_size=32, lr=1e-2,
-                            eval_pairs=pairs[:20], progress=False)
+    history = train_seq2seq(
+        model, pairs, vocab, vocab, steps=30, batch_size=32, lr=1e-2, eval_pairs=pairs[:20], progress=False
+    )
     assert len(history.loss) == 30 and sum(history.loss[-5:]) < 0.8 * sum(history.loss[:5]), history.loss
     assert history.eval_steps == [30] and len(history.evals[-1].predictions) == 20
 

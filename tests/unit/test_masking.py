@@ -28,9 +28,9 @@ def test_causal_mask_matches_sdpa_is_causal_when_lengths_differ(L, S):
 
 @pytest.mark.parametrize("bad", [0, -2])
 def test_causal_mask_rejects_non_positive_lengths(bad):
-    with pytest.raises(ValueError, match="num_queries must be an int >= 1, got -?[0-9]"):
+    with pytest.raises(ValueError, match=r"num_queries must be an int >= 1, got -?[0-9]"):
         causal_mask(bad)
-    with pytest.raises(ValueError, match="num_keys must be an int >= 1, got -?[0-9]"):
+    with pytest.raises(ValueError, match=r"num_keys must be an int >= 1, got -?[0-9]"):
         causal_mask(2, bad)
 
 
@@ -117,13 +117,15 @@ def test_masked_softmax_keeps_half_precision_finite():
 
 
 def test_masked_softmax_errors_name_the_argument():
-    with pytest.raises(TypeError, match="scores must be a floating-point tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"scores must be a floating-point tensor, got torch\.int64"):
         masked_softmax(torch.tensor([1, 2]))
     with pytest.raises(TypeError, match="mask must be boolean"):
         masked_softmax(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.int64))
     with pytest.raises(TypeError, match=r"mask must be a tensor, got list"):
         masked_softmax(torch.zeros(2, 3), [[True] * 3] * 2)
-    with pytest.raises(ValueError, match=r"the shape of mask is \(4,\), but it must broadcast to the shape of scores \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"the shape of mask is \(4,\), but it must broadcast to the shape of scores \(2, 3\)"
+    ):
         masked_softmax(torch.zeros(2, 3), torch.ones(4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"the shape of mask is \(2, 2, 3\)"):
         masked_softmax(torch.zeros(2, 3), torch.ones(2, 2, 3, dtype=torch.bool))
@@ -161,7 +163,10 @@ def test_from_key_padding_mask_flips_the_convention_like_multiheadattention():
     _, expected = mha(x, x, x, key_padding_mask=key_padding_mask, average_attn_weights=False)
     mask = from_key_padding_mask(key_padding_mask)
     assert mask.shape == (2, 1, 1, 5)
-    q, k = F.linear(x, mha.in_proj_weight[:8], mha.in_proj_bias[:8]), F.linear(x, mha.in_proj_weight[8:16], mha.in_proj_bias[8:16])
+    q, k = (
+        F.linear(x, mha.in_proj_weight[:8], mha.in_proj_bias[:8]),
+        F.linear(x, mha.in_proj_weight[8:16], mha.in_proj_bias[8:16]),
+    )
     q, k = q.view(2, 5, 2, 4).transpose(1, 2), k.view(2, 5, 2, 4).transpose(1, 2)  # (B, L, H*E) -> (B, H, L, E)
     weights = masked_softmax(q @ k.transpose(-2, -1) / 2.0, mask)
     torch.testing.assert_close(weights, expected)
@@ -170,7 +175,9 @@ def test_from_key_padding_mask_flips_the_convention_like_multiheadattention():
 def test_from_key_padding_mask_errors_name_the_argument():
     with pytest.raises(TypeError, match="key_padding_mask must be a boolean tensor"):
         from_key_padding_mask(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\) \(True = ignore\), got shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"key_padding_mask must have shape \(B, S\) \(True = ignore\), got shape \(3,\)"
+    ):
         from_key_padding_mask(torch.zeros(3, dtype=torch.bool))
 
 

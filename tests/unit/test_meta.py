@@ -66,38 +66,38 @@ from attnlab.attention import (
     Traffic,
     alibi_bias,
     alibi_slopes,
-    attention_traffic,
-    elu_feature_map,
-    flash_block_sizes,
-    grouped_query_attention,
-    kv_cache_bytes_per_token,
-    linear_attention,
-    linear_attention_recurrent,
-    linear_attention_weights,
-    receptive_field,
-    repeat_kv,
-    rotary_embedding,
-    standard_attention,
-    tiled_attention,
     attention,
     attention_entropy,
+    attention_traffic,
     band_mask,
     band_to_dense,
     banded_attention,
     blockwise_attention,
     causal_mask,
     copy_from_torch,
+    elu_feature_map,
+    flash_block_sizes,
     from_key_padding_mask,
+    grouped_query_attention,
     hard_attend,
+    kv_cache_bytes_per_token,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_weights,
     local_attention,
     make_score,
     masked_softmax,
     padding_mask,
+    receptive_field,
     reinforce_loss,
     relative_rotation,
+    repeat_kv,
+    rotary_embedding,
     sample_location,
     scaled_dot_product_attention,
     sinusoidal_encoding,
+    standard_attention,
+    tiled_attention,
     to_float_mask,
     window_to_dense,
 )
@@ -118,6 +118,8 @@ from attnlab.models import (
     HierarchicalClassifier,
     HierarchicalConfig,
     KVCache,
+    LMCache,
+    LMConfig,
     LuongDecoder,
     LuongLocalDecoder,
     PositionPredictor,
@@ -129,8 +131,6 @@ from attnlab.models import (
     StructuredConfig,
     StructuredSelfAttention,
     TaggerConfig,
-    LMCache,
-    LMConfig,
     Transformer,
     TransformerConfig,
     TransformerLM,
@@ -214,9 +214,11 @@ def host_lengths() -> torch.Tensor:
     return torch.tensor([5, 2, 4])  # on the CPU: packing reads them there (module docstring)
 
 
-ENCODERS = {"gru-last": dict(cell="gru", context="last"),
-            "lstm-bidirectional-mean": dict(cell="lstm", bidirectional=True, context="mean"),
-            "gru-bidirectional-max": dict(cell="gru", bidirectional=True, context="max")}
+ENCODERS = {
+    "gru-last": dict(cell="gru", context="last"),
+    "lstm-bidirectional-mean": dict(cell="lstm", bidirectional=True, context="mean"),
+    "gru-bidirectional-max": dict(cell="gru", bidirectional=True, context="max"),
+}
 
 for name, options in ENCODERS.items():
 
@@ -232,15 +234,17 @@ def _memory(config: Seq2SeqConfig) -> EncoderOutput:
     return EncoderOutput(hs=randn(B, S, D, grad=True), mask=mask(B, S), context=randn(B, D, grad=True))
 
 
-for name, options in {"gru": dict(cell="gru"),
-                      "lstm-peeky-bidirectional": dict(cell="lstm", peeky=True, bidirectional=True)}.items():
+for name, options in {
+    "gru": dict(cell="gru"),
+    "lstm-peeky-bidirectional": dict(cell="lstm", peeky=True, bidirectional=True),
+}.items():
 
     @case(f"Decoder-{name}", Decoder)
     def _decoder(options=options):
         config = s2s_config(**options)
         decoder, memory = on_meta(Decoder(config)), _memory(config)
         logits, _, _ = decoder(ids(B, T, high=TGT_VOCAB), decoder.init_state(memory), memory)
-        return logits, params(decoder) + [memory.context]
+        return logits, [*params(decoder), memory.context]
 
 
 DECODERS = {  # name: (decoder class and options, config options)
@@ -293,8 +297,7 @@ def _position_predictor():
 
 
 def transformer(**options: object) -> Transformer:
-    config = TransformerConfig(SRC_VOCAB, TGT_VOCAB, d_model=16, num_heads=2, dim_feedforward=24, max_len=16,
-                               **options)
+    config = TransformerConfig(SRC_VOCAB, TGT_VOCAB, d_model=16, num_heads=2, dim_feedforward=24, max_len=16, **options)
     return on_meta(Transformer(config))
 
 
@@ -303,16 +306,25 @@ TRANSFORMERS = {
     "pre-LN-dropout": dict(norm_first=True, dropout=0.1),
     "final-norm-gelu": dict(final_norm=True, activation="gelu"),
 }
-STACKS = (Transformer, TransformerEncoder, TransformerDecoder, EncoderLayer, DecoderLayer, FeedForward, TokenEmbedding,
-          MultiHeadAttention)
+STACKS = (
+    Transformer,
+    TransformerEncoder,
+    TransformerDecoder,
+    EncoderLayer,
+    DecoderLayer,
+    FeedForward,
+    TokenEmbedding,
+    MultiHeadAttention,
+)
 
 for name, options in TRANSFORMERS.items():
 
     @case(f"Transformer-{name}", *STACKS)
     def _transformer(options=options):
         model = transformer(**options).train()
-        logits, weights = model(ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, ids(B, T, high=TGT_VOCAB),
-                                need_weights=True)
+        logits, weights = model(
+            ids(B, S, high=SRC_VOCAB), ids(B, high=S) + 1, ids(B, T, high=TGT_VOCAB), need_weights=True
+        )
         return (logits, weights), params(model)
 
 
@@ -336,16 +348,22 @@ def _transformer_without_layers():
 
 # --- chapter 8's language models: every kind of position and attention, whole and with caches ---
 
-LMS = {f"{positions}-{attention}-{'causal' if causal else 'encoder'}-G{groups}":
-       dict(positions=positions, attention=attention, causal=causal, num_kv_heads=groups)
-       for positions in ("none", "sinusoidal", "learned", "rope", "alibi")
-       for attention in ("softmax", "linear") for causal in (True, False) for groups in (4, 1)
-       if not (attention == "linear" and positions == "alibi")}
+LMS = {
+    f"{positions}-{attention}-{'causal' if causal else 'encoder'}-G{groups}": dict(
+        positions=positions, attention=attention, causal=causal, num_kv_heads=groups
+    )
+    for positions in ("none", "sinusoidal", "learned", "rope", "alibi")
+    for attention in ("softmax", "linear")
+    for causal in (True, False)
+    for groups in (4, 1)
+    if not (attention == "linear" and positions == "alibi")
+}
 
 
 def lm(**options: object) -> TransformerLM:
-    return on_meta(TransformerLM(LMConfig(13, d_model=16, num_heads=4, num_layers=2, dim_feedforward=8,
-                                          max_len=16, **options)))
+    return on_meta(
+        TransformerLM(LMConfig(13, d_model=16, num_heads=4, num_layers=2, dim_feedforward=8, max_len=16, **options))
+    )
 
 
 for name, options in LMS.items():
@@ -382,19 +400,24 @@ for positions in POSITIONS:
     for backend in BACKENDS:
         for need_weights in (False, True):
 
-            @case(f"SelfAttentionTagger-{positions}-{backend}-{'weights' if need_weights else 'no-weights'}",
-                  SelfAttentionTagger, MultiHeadAttention)
+            @case(
+                f"SelfAttentionTagger-{positions}-{backend}-{'weights' if need_weights else 'no-weights'}",
+                SelfAttentionTagger,
+                MultiHeadAttention,
+            )
             def _tagger(positions=positions, backend=backend, need_weights=need_weights):
-                config = TaggerConfig(10, 4, num_outputs=2, embed_dim=8, max_len=6, positions=positions,
-                                      backend=backend)
+                config = TaggerConfig(
+                    10, 4, num_outputs=2, embed_dim=8, max_len=6, positions=positions, backend=backend
+                )
                 tagger = on_meta(SelfAttentionTagger(config))
                 return tagger(ids(B, 6, high=10), need_weights=need_weights), params(tagger)
 
 
 @case("StructuredClassifier", StructuredClassifier, StructuredSelfAttention, frobenius_penalty, hop_overlap)
 def _structured():
-    model = on_meta(StructuredClassifier(StructuredConfig(20, 3, embed_dim=6, hidden_dim=5, attention_dim=4,
-                                                          hops=3, mlp_dim=7)))
+    model = on_meta(
+        StructuredClassifier(StructuredConfig(20, 3, embed_dim=6, hidden_dim=5, attention_dim=4, hops=3, mlp_dim=7))
+    )
     logits, hops = model(ids(B, 7, high=20))
     return (logits, frobenius_penalty(hops), hop_overlap(hops)), params(model)
 
@@ -403,7 +426,7 @@ def _structured():
 def _pools():
     hops, pool = on_meta(StructuredSelfAttention(6, 4, 2)), on_meta(AttentionPool(6, 4))
     states = randn(B, 7, 6, grad=True)
-    return (hops(states, mask(B, 7)), pool(states, mask(B, 7)), pool(states)), params(hops, pool) + [states]
+    return (hops(states, mask(B, 7)), pool(states, mask(B, 7)), pool(states)), [*params(hops, pool), states]
 
 
 @case("HierarchicalClassifier", HierarchicalClassifier, AttentionPool)
@@ -417,8 +440,11 @@ CAPTION_LENGTH = 4
 
 
 def captioner(kind: type, **options: object) -> Captioner:
-    config = CAPTIONER if not options.pop("init_from_mean", False) else CaptionerConfig(
-        **{**CAPTIONER.__dict__, "init_from_mean": True})
+    config = (
+        CAPTIONER
+        if not options.pop("init_from_mean", False)
+        else CaptionerConfig(**{**CAPTIONER.__dict__, "init_from_mean": True})
+    )
     return on_meta(kind(config, **options))
 
 
@@ -467,8 +493,14 @@ for name, (kind, options) in CAPTIONERS.items():
 for reward in ("to_go", "sequence"):
     for baseline in ("moving-average", "fixed", "none"):
 
-        @case(f"caption_loss-hard-{reward}-{baseline}", HardCaptioner, caption_loss, reinforce_loss,
-              MovingAverageBaseline, attention_entropy)
+        @case(
+            f"caption_loss-hard-{reward}-{baseline}",
+            HardCaptioner,
+            caption_loss,
+            reinforce_loss,
+            MovingAverageBaseline,
+            attention_entropy,
+        )
         def _caption_loss(reward=reward, baseline=baseline):
             model = captioner(HardCaptioner).train()
             b = {"moving-average": MovingAverageBaseline(0.9), "fixed": randn(CAPTION_LENGTH), "none": None}[baseline]
@@ -517,6 +549,7 @@ for backend in BACKENDS:
         q, k, v = qkv()
         return scaled_dot_product_attention(q, k, v, mask(L, S), dropout_p=0.2, scale=0.5, backend=backend), [q, k, v]
 
+
 for name, kwargs in MASKS.items():
 
     @case(f"blockwise_attention-{name}", blockwise_attention)
@@ -525,13 +558,17 @@ for name, kwargs in MASKS.items():
         return blockwise_attention(q, k, v, block_size=2, **kwargs()), [q, k, v]
 
 
-for name, make_mask in [("default-score", lambda: None), ("bool-mask", lambda: mask(B, L, S)),
-                        ("float-mask", lambda: float_mask(B, 1, S))]:
+for name, make_mask in [
+    ("default-score", lambda: None),
+    ("bool-mask", lambda: mask(B, L, S)),
+    ("float-mask", lambda: float_mask(B, 1, S)),
+]:
 
     @case(f"attention-{name}", attention)
     def _attention(make_mask=make_mask):
         q, k, v = qkv((B,))
         return attention(q, k, v, mask=make_mask()), [q, k, v]
+
 
 for score in SCORES:
 
@@ -539,7 +576,7 @@ for score in SCORES:
     def _attention_with_score(score=score):
         fn = on_meta(make_score(score, E, E, attention_dim=5))
         q, k, v = qkv((B,))
-        return attention(q, k, v, score=fn, mask=mask(B, 1, S)), [q, k, v] + params(fn)
+        return attention(q, k, v, score=fn, mask=mask(B, 1, S)), [q, k, v, *params(fn)]
 
 
 for name, make_mask in [("none", lambda: None), ("bool", lambda: mask(B, L, S)), ("float", lambda: float_mask(L, S))]:
@@ -552,9 +589,14 @@ for name, make_mask in [("none", lambda: None), ("bool", lambda: mask(B, L, S)),
 
 @case("masks", causal_mask, to_float_mask, from_key_padding_mask, band_mask)
 def _masks():
-    made = [causal_mask(L, S, device=META), causal_mask(L, S, align="bottom-right", device=META),
-            to_float_mask(mask(L, S)), from_key_padding_mask(mask(B, S)), band_mask(6, 2, device=META),
-            band_mask(6, 1, causal=True, device=META)]
+    made = [
+        causal_mask(L, S, device=META),
+        causal_mask(L, S, align="bottom-right", device=META),
+        to_float_mask(mask(L, S)),
+        from_key_padding_mask(mask(B, S)),
+        band_mask(6, 2, device=META),
+        band_mask(6, 1, causal=True, device=META),
+    ]
     return made, []
 
 
@@ -571,15 +613,19 @@ for causal in (False, True):
 for gaussian in (False, True):
     for with_lengths in (False, True):
 
-        @case(f"local_attention-{'gaussian' if gaussian else 'flat'}-{'lengths' if with_lengths else 'full'}",
-              local_attention, window_to_dense)
+        @case(
+            f"local_attention-{'gaussian' if gaussian else 'flat'}-{'lengths' if with_lengths else 'full'}",
+            local_attention,
+            window_to_dense,
+        )
         def _local(gaussian=gaussian, with_lengths=with_lengths):
             score = on_meta(make_score("general", E, E))
             q, k, v = qkv((B,))
             centres = randn(B, L, grad=True)
             lengths = ids(B, high=S) + 1 if with_lengths else None
-            context, weights, positions = local_attention(score, q, k, v, centres, 2, lengths=lengths,
-                                                          gaussian=gaussian)
+            context, weights, positions = local_attention(
+                score, q, k, v, centres, 2, lengths=lengths, gaussian=gaussian
+            )
             leaves = [q, k, v] + params(score) + ([centres] if gaussian else [])
             return (context, window_to_dense(weights, positions, S)), leaves
 
@@ -590,41 +636,43 @@ for score in SCORES:
     def _score(score=score):
         fn = on_meta(make_score(score, E, E, attention_dim=5))
         q, k = randn(B, L, E, grad=True), randn(B, S, E, grad=True)
-        return fn(q, k), [q, k] + params(fn)
+        return fn(q, k), [q, k, *params(fn)]
 
 
 @case("score-additive-different-sizes", make_score)
 def _score_sizes():
     fn = on_meta(make_score("additive", 5, 7, attention_dim=3))
     q, k = randn(B, L, 5, grad=True), randn(B, S, 7, grad=True)
-    return fn(q, k), [q, k] + params(fn)
+    return fn(q, k), [q, k, *params(fn)]
 
 
 MHA_CASES = {
     "self": lambda x: dict(query=x, key=x, value=x),
     "key-padding": lambda x: dict(query=x, key=x, value=x, key_padding_mask=~mask(B, S)),
     "bool-mask-causal": lambda x: dict(query=x, key=x, value=x, attn_mask=mask(S, S), is_causal=True),
-    "float-mask-key-padding": lambda x: dict(query=x, key=x, value=x, attn_mask=float_mask(B, 1, S, S),
-                                             key_padding_mask=~mask(B, S)),
+    "float-mask-key-padding": lambda x: dict(
+        query=x, key=x, value=x, attn_mask=float_mask(B, 1, S, S), key_padding_mask=~mask(B, S)
+    ),
 }
 
 for backend in BACKENDS:
     for name, make_args in MHA_CASES.items():
         for need_weights in (False, True):
 
-            @case(f"MultiHeadAttention-{backend}-{name}-{'weights' if need_weights else 'no-weights'}",
-                  MultiHeadAttention)
+            @case(
+                f"MultiHeadAttention-{backend}-{name}-{'weights' if need_weights else 'no-weights'}", MultiHeadAttention
+            )
             def _mha(backend=backend, make_args=make_args, need_weights=need_weights):
                 mha = on_meta(MultiHeadAttention(E, 2, dropout=0.1, backend=backend)).train()
                 x = randn(B, S, E, grad=True)
-                return mha(**make_args(x), need_weights=need_weights), params(mha) + [x]
+                return mha(**make_args(x), need_weights=need_weights), [*params(mha), x]
 
 
 @case("MultiHeadAttention-cross-kdim-vdim", MultiHeadAttention)
 def _mha_cross():
     mha = on_meta(MultiHeadAttention(E, 2, kdim=5, vdim=3, bias=False))
     q, k, v = randn(B, L, E, grad=True), randn(B, S, 5, grad=True), randn(B, S, 3, grad=True)
-    return mha(q, k, v, need_weights=True, average_attn_weights=False), params(mha) + [q, k, v]
+    return mha(q, k, v, need_weights=True, average_attn_weights=False), [*params(mha), q, k, v]
 
 
 @case("copy_from_torch", copy_from_torch, MultiHeadAttention)
@@ -651,8 +699,13 @@ def _hard():
     step_log_prob = log_prob[:, None].expand(B, T)
     baseline = MovingAverageBaseline(0.9)
     baseline.update(reward, mask(B, T))
-    loss = reinforce_loss(step_log_prob, reward, baseline.update(reward, mask(B, T)),
-                          entropy=attention_entropy(weights)[:, None].expand(B, T), entropy_weight=0.1)
+    loss = reinforce_loss(
+        step_log_prob,
+        reward,
+        baseline.update(reward, mask(B, T)),
+        entropy=attention_entropy(weights)[:, None].expand(B, T),
+        entropy_weight=0.1,
+    )
     return (index, context, hard_log_prob, loss), [logits]
 
 
@@ -670,13 +723,18 @@ def _rotary_alibi():
 
 for causal in (False, True):
 
-    @case(f"grouped_query_attention-{'causal' if causal else 'full'}", grouped_query_attention, repeat_kv,
-          kv_cache_bytes_per_token)
+    @case(
+        f"grouped_query_attention-{'causal' if causal else 'full'}",
+        grouped_query_attention,
+        repeat_kv,
+        kv_cache_bytes_per_token,
+    )
     def _gqa_function(causal=causal):
         q = randn(B, 4, S, E, grad=True)
         k, v = randn(B, 2, S, E, grad=True), randn(B, 2, S, E, grad=True)
         assert kv_cache_bytes_per_token(2, 2, E) == 2 * 2 * 2 * E * 4
         return (grouped_query_attention(q, k, v, is_causal=causal), repeat_kv(k, 2)), [q, k, v]
+
 
 for kv_heads in (1, 2, 4):
 
@@ -684,7 +742,7 @@ for kv_heads in (1, 2, 4):
     def _gqa_module(kv_heads=kv_heads):
         gqa = on_meta(GroupedQueryAttention(E, 4, kv_heads))
         x = randn(B, S, E, grad=True)
-        return gqa(x, is_causal=True), params(gqa) + [x]
+        return gqa(x, is_causal=True), [*params(gqa), x]
 
 
 @case("sliding-window-generation", RollingKVCache, receptive_field)
@@ -692,8 +750,8 @@ def _rolling():
     cache, outputs = RollingKVCache(2), []
     q, k, v = qkv(length=6, keys=6)
     for i in range(6):
-        keys, values = cache.append(k[:, :, i:i + 1], v[:, :, i:i + 1])
-        outputs.append(scaled_dot_product_attention(q[:, :, i:i + 1], keys, values))
+        keys, values = cache.append(k[:, :, i : i + 1], v[:, :, i : i + 1])
+        outputs.append(scaled_dot_product_attention(q[:, :, i : i + 1], keys, values))
     assert receptive_field(3, 2) == 6
     return outputs, [q]
 
@@ -702,8 +760,14 @@ def _rolling():
 def _linear():
     q, k, v = qkv(length=5, keys=5)
     out, state = linear_attention_recurrent(q, k, v)
-    return (linear_attention(q, k, v), linear_attention(q, k, v, causal=True), out, state,
-            linear_attention_weights(q, k, causal=True), elu_feature_map(q)), [q, k, v]
+    return (
+        linear_attention(q, k, v),
+        linear_attention(q, k, v, causal=True),
+        out,
+        state,
+        linear_attention_weights(q, k, causal=True),
+        elu_feature_map(q),
+    ), [q, k, v]
 
 
 @case("tiled-and-standard-attention", tiled_attention, standard_attention, attention_traffic, flash_block_sizes)
@@ -726,7 +790,7 @@ class OneDevice(TorchDispatchMode):
     one exception is packing a padded batch, whose lengths PyTorch requires on the CPU.
     """
 
-    ALLOWED = {torch.ops.aten._pack_padded_sequence.default}
+    ALLOWED = frozenset({torch.ops.aten._pack_padded_sequence.default})
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -744,8 +808,10 @@ def test_runs_on_meta(name):
 # The same cases with values, on every device this machine has (the CPU here; CUDA and MPS where
 # present: `make test-gpu` runs them on the GPU). A case's modules and tensors are made on
 # ``META``, so pointing it at a real device runs the real kernels there.
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
-    ["mps"] if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available() else []
+DEVICES = (
+    ["cpu"]
+    + (["cuda"] if torch.cuda.is_available() else [])
+    + (["mps"] if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available() else [])
 )
 
 
@@ -808,7 +874,7 @@ def test_the_meta_device_refuses_what_a_gpu_would():
 # attnlab.models and attnlab.attention must be covered by a case above.
 EXCLUDED = {
     padding_mask: "checks the values of the lengths (non-negative, at most max_len) on the host; the "
-                  "models build the same mask without those checks (Transformer.encode)",
+    "models build the same mask without those checks (Transformer.encode)",
     Captioner: "a base class: attend() is SoftCaptioner's or HardCaptioner's",
     AttentionDecoder: "a base class: forward() is BahdanauDecoder's or LuongDecoder's",
     Score: "a base class: _score() is each score's",
@@ -878,7 +944,7 @@ def test_samplers_are_made_on_the_models_device(monkeypatch):
             return getattr(torch, name)
 
         @staticmethod
-        def Generator(device: torch.device | str | None = None) -> torch.Generator:  # noqa: N802
+        def Generator(device: torch.device | str | None = None) -> torch.Generator:
             generator = torch.Generator()
             made[id(generator)] = torch.device("cpu" if device is None else device)
             return generator
@@ -894,8 +960,10 @@ def test_samplers_are_made_on_the_models_device(monkeypatch):
 
     monkeypatch.setattr(train_module, "torch", Recording("torch"))
     task = make_scenes(8, image_size=16, grid=2, seed=0)
-    for run in (lambda m: train_captioner(m, task, steps=1, batch_size=4, progress=False),
-                lambda m: gradient_noise(m, task, batches=2, batch_size=4)):
+    for run in (
+        lambda m: train_captioner(m, task, steps=1, batch_size=4, progress=False),
+        lambda m: gradient_noise(m, task, batches=2, batch_size=4),
+    ):
         with pytest.raises(_Stop):
             run(on_meta(Checked(CAPTIONER)))
     assert draws == [(META, META), (META, META)]
@@ -922,18 +990,27 @@ def _evaluations():
     evidence = make_evidence_task(6, 5, seed=0)
     scenes = make_scenes(4, image_size=16, grid=2, seed=0)
     return {
-        "evaluate_seq2seq": (lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
-                             lambda m, **kw: evaluate_seq2seq(m, pairs, vocab, vocab, **kw)),
-        "translate": (lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
-                      lambda m, **kw: translate(m, "ab", vocab, vocab, max_len=3, **kw)),
-        "evaluate_tagger": (lambda: SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, embed_dim=4)),
-                            lambda m, **kw: evaluate_tagger(m, *tags, **kw)),
-        "evaluate_classifier": (lambda: StructuredClassifier(StructuredConfig(evidence.vocab_size,
-                                                                              evidence.num_classes, hops=2)),
-                                lambda m, **kw: evaluate_classifier(m, evidence.tokens, evidence.labels, **kw)),
+        "evaluate_seq2seq": (
+            lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
+            lambda m, **kw: evaluate_seq2seq(m, pairs, vocab, vocab, **kw),
+        ),
+        "translate": (
+            lambda: Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), hidden_dim=4)),
+            lambda m, **kw: translate(m, "ab", vocab, vocab, max_len=3, **kw),
+        ),
+        "evaluate_tagger": (
+            lambda: SelfAttentionTagger(TaggerConfig(10, 11, num_outputs=2, embed_dim=4)),
+            lambda m, **kw: evaluate_tagger(m, *tags, **kw),
+        ),
+        "evaluate_classifier": (
+            lambda: StructuredClassifier(StructuredConfig(evidence.vocab_size, evidence.num_classes, hops=2)),
+            lambda m, **kw: evaluate_classifier(m, evidence.tokens, evidence.labels, **kw),
+        ),
         "evaluate_captioner": (lambda: SoftCaptioner(CAPTIONER), lambda m, **kw: evaluate_captioner(m, scenes, **kw)),
-        "gradient_noise": (lambda: HardCaptioner(CAPTIONER),
-                           lambda m, **kw: gradient_noise(m, scenes, batches=2, batch_size=2, **kw)),
+        "gradient_noise": (
+            lambda: HardCaptioner(CAPTIONER),
+            lambda m, **kw: gradient_noise(m, scenes, batches=2, batch_size=2, **kw),
+        ),
     }
 
 

@@ -19,8 +19,11 @@ from attnlab.attention import (
 def _pair(D=16, H=4, dtype=torch.float32, **kwargs):
     torch.manual_seed(0)
     theirs = torch.nn.MultiheadAttention(D, H, batch_first=True, **kwargs).to(dtype).eval()
-    ours = MultiHeadAttention(D, H, kdim=kwargs.get("kdim"), vdim=kwargs.get("vdim"),
-                              bias=kwargs.get("bias", True)).to(dtype).eval()
+    ours = (
+        MultiHeadAttention(D, H, kdim=kwargs.get("kdim"), vdim=kwargs.get("vdim"), bias=kwargs.get("bias", True))
+        .to(dtype)
+        .eval()
+    )
     return copy_from_torch(ours, theirs), theirs
 
 
@@ -47,8 +50,10 @@ def test_parity_with_torch_with_masks(dtype):
         ({"key_padding_mask": key_padding_mask}, {"key_padding_mask": key_padding_mask}),
         ({"attn_mask": forbid}, {"attn_mask": ~forbid}),  # the boolean convention flips
         ({"attn_mask": bias}, {"attn_mask": bias}),  # float masks are added in both
-        ({"attn_mask": forbid, "key_padding_mask": key_padding_mask},
-         {"is_causal": True, "key_padding_mask": key_padding_mask}),
+        (
+            {"attn_mask": forbid, "key_padding_mask": key_padding_mask},
+            {"is_causal": True, "key_padding_mask": key_padding_mask},
+        ),
     ]
     for theirs_kwargs, ours_kwargs in cases:
         a, wa = theirs(x, x, x, **theirs_kwargs)
@@ -72,7 +77,7 @@ def test_parity_with_torch_for_other_key_and_value_sizes():
 def test_weights_are_returned_not_stored():
     ours, _ = _pair()
     x = torch.randn(1, 3, 16)
-    out, weights = ours(x, x, x)
+    _, weights = ours(x, x, x)
     assert weights is None
     _, weights = ours(x, x, x, need_weights=True, average_attn_weights=False)
     assert weights.shape == (1, 4, 3, 3)

@@ -79,9 +79,9 @@ def test_rope_keeps_dtype_and_rejects_bad_input():
 
 def test_alibi_slopes_follow_press_et_al():
     torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(h + 1) for h in range(8)]))
-    torch.testing.assert_close(alibi_slopes(4), torch.tensor([0.25, 0.0625, 2.0 ** -6, 2.0 ** -8]))
+    torch.testing.assert_close(alibi_slopes(4), torch.tensor([0.25, 0.0625, 2.0**-6, 2.0**-8]))
     # 6 heads: the 4 slopes of 4 heads, then every other slope of 8 heads (the authors' code)
-    expected = [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+    expected = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
     torch.testing.assert_close(alibi_slopes(6), torch.tensor(expected))
     with pytest.raises(ValueError, match="alibi_slopes: num_heads must be an int >= 1, got 0"):
         alibi_slopes(0)
@@ -90,9 +90,9 @@ def test_alibi_slopes_follow_press_et_al():
 def test_alibi_bias_is_minus_slope_times_distance_aligned_bottom_right():
     bias = alibi_bias(2, 3)
     assert bias.shape == (2, 3, 3)
-    torch.testing.assert_close(bias[0], -(2.0 ** -4) * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]))
+    torch.testing.assert_close(bias[0], -(2.0**-4) * torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]]))
     cached = alibi_bias(2, 1, 5)  # one new query at position 4 after 4 cached keys
-    torch.testing.assert_close(cached[1, 0], -(2.0 ** -8) * torch.tensor([4.0, 3, 2, 1, 0]))
+    torch.testing.assert_close(cached[1, 0], -(2.0**-8) * torch.tensor([4.0, 3, 2, 1, 0]))
     torch.testing.assert_close(alibi_bias(4, 2, 6), alibi_bias(4, 6)[:, 4:])
     with pytest.raises(ValueError, match=r"alibi_bias: num_keys must be an int >= 3 \(at least num_queries\), got 2"):
         alibi_bias(2, 3, 2)

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 pytest.importorskip("otter")
-from attnlab.grading.plugin import read_result, sealed_notebook  # noqa: E402
+from attnlab.grading.plugin import read_result, sealed_notebook
 
 
 def _signed(key: bytes, payload: bytes) -> bytes:
@@ -41,12 +41,14 @@ def test_a_forged_or_missing_result_counts_for_nothing(tmp_path, forgery):
 
 
 def test_the_sealed_notebook_runs_the_harness_first_and_the_grading_last():
-    submission = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# text"),
-        nbformat.v4.new_code_cell("x = 1"),
-        nbformat.v4.new_code_cell("skipped = True", metadata={"tags": ["otter_ignore"]}),
-        nbformat.v4.new_code_cell("y = 2"),
-    ])
+    submission = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# text"),
+            nbformat.v4.new_code_cell("x = 1"),
+            nbformat.v4.new_code_cell("skipped = True", metadata={"tags": ["otter_ignore"]}),
+            nbformat.v4.new_code_cell("y = 2"),
+        ]
+    )
     cells = sealed_notebook(submission, "/tmp/setup.json", "TOKEN").cells
     assert [c.cell_type for c in cells] == ["code"] * 4
     assert "install('/tmp/setup.json')" in cells[0].source
@@ -71,7 +73,9 @@ def test_a_kernel_that_dies_while_starting_is_started_again(tmp_path, monkeypatc
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError(plugin.KERNEL_DIED_STARTING)
-        setup = json.loads(open(ast.literal_eval(self.nb.cells[0].source.split("install(")[1].split(")")[0])).read())
+        setup_path = ast.literal_eval(self.nb.cells[0].source.split("install(")[1].split(")")[0])
+        with open(setup_path, encoding="utf-8") as f:
+            setup = json.load(f)
         with open(setup["result"], "wb") as f:
             f.write(_signed(bytes.fromhex(setup["key"]), PAYLOAD))
 

@@ -152,8 +152,18 @@ def test_training_lowers_the_loss_and_learns_a_tiny_task():
     vocab = CharVocab("abcd")
     torch.manual_seed(0)
     model = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=32))
-    history = train_seq2seq(model, pairs, vocab, vocab, steps=400, batch_size=64, lr=1e-2,
-                            eval_pairs=pairs[:200], eval_every=200, progress=False)
+    history = train_seq2seq(
+        model,
+        pairs,
+        vocab,
+        vocab,
+        steps=400,
+        batch_size=64,
+        lr=1e-2,
+        eval_pairs=pairs[:200],
+        eval_every=200,
+        progress=False,
+    )
     first, last = sum(history.loss[:10]) / 10, sum(history.loss[-10:]) / 10
     assert last < first / 5, (first, last)
     assert history.eval_steps == [200, 400]
@@ -232,8 +242,9 @@ def test_eval_seconds_leave_out_the_evaluations(monkeypatch):
     vocab = CharVocab("abcd")
     torch.manual_seed(0)
     model = Seq2Seq(Seq2SeqConfig(len(vocab), len(vocab), embed_dim=8, hidden_dim=8))
-    history = train_seq2seq(model, pairs, vocab, vocab, steps=6, batch_size=8,
-                            eval_pairs=pairs[:4], eval_every=2, progress=False)
+    history = train_seq2seq(
+        model, pairs, vocab, vocab, steps=6, batch_size=8, eval_pairs=pairs[:4], eval_every=2, progress=False
+    )
     assert len(history.eval_seconds) == len(history.evals) == 3
     assert history.eval_seconds == [0.0, 0.0, 0.0]  # the evaluations' 300 s are not training time
     assert history.seconds == 300.0  # the total includes them

@@ -59,8 +59,9 @@ def _cases():
     mha = MultiHeadAttention(8, 2)
     x = torch.randn(2, 5, 8)
     yield "mha", mha, lambda: mha(x, x, x, need_weights=True)
-    transformer = Transformer(TransformerConfig(6, 6, d_model=8, num_heads=2, dim_feedforward=16,
-                                                num_encoder_layers=1, num_decoder_layers=1)).eval()
+    transformer = Transformer(
+        TransformerConfig(6, 6, d_model=8, num_heads=2, dim_feedforward=16, num_encoder_layers=1, num_decoder_layers=1)
+    ).eval()
     src = torch.randint(3, 6, (2, 4))
 
     def run_transformer():
@@ -75,8 +76,10 @@ def _cases():
     for cls in (SoftCaptioner, HardCaptioner):
         captioner = cls().train()
         images = torch.rand(2, 3, 48, 48)
-        yield cls.__name__, captioner, (
-            lambda c=captioner, i=images: (c(i, torch.ones(2, 4, dtype=torch.long)), c.generate(i, max_len=3))
+        yield (
+            cls.__name__,
+            captioner,
+            (lambda c=captioner, i=images: (c(i, torch.ones(2, 4, dtype=torch.long)), c.generate(i, max_len=3))),
         )
 
 

@@ -117,8 +117,10 @@ def _trained_from_one_start(task, penalties, **train):
     for penalty in penalties:
         model = StructuredClassifier(StructuredConfig(task.vocab_size, task.num_classes, hops=3))
         model.load_state_dict(start)
-        runs[penalty] = model, train_classifier(model, task.tokens, task.labels, penalty=penalty, progress=False,
-                                                **train)
+        runs[penalty] = (
+            model,
+            train_classifier(model, task.tokens, task.labels, penalty=penalty, progress=False, **train),
+        )
     return start, runs
 
 
@@ -149,8 +151,17 @@ def test_train_classifier_trains_the_hierarchical_model_and_evaluates_it_exactly
     task = make_document_task(96, 3, 4, seed=0)
     torch.manual_seed(0)
     model = HierarchicalClassifier(HierarchicalConfig(task.vocab_size, task.num_classes))
-    history = train_classifier(model, task.tokens, task.labels, steps=12, batch_size=32, lr=1e-2,
-                               eval_data=(task.tokens, task.labels), eval_every=6, progress=False)
+    history = train_classifier(
+        model,
+        task.tokens,
+        task.labels,
+        steps=12,
+        batch_size=32,
+        lr=1e-2,
+        eval_data=(task.tokens, task.labels),
+        eval_every=6,
+        progress=False,
+    )
     assert len(history.loss) == 12 and history.eval_steps == [6, 12]
     assert sum(history.loss[-3:]) < sum(history.loss[:3]), history.loss
     with torch.no_grad():

@@ -17,8 +17,11 @@ def _softmax_attention(q, k, v):
 @pytest.mark.parametrize(("block_q", "block_k"), [(1, 1), (3, 4), (4, 3), (7, 5), (16, 16)])
 def test_tiled_attention_is_exact(block_q, block_k):
     torch.manual_seed(0)
-    q, k, v = torch.randn(2, 3, 7, 8, dtype=torch.float64), torch.randn(2, 3, 5, 8, dtype=torch.float64), torch.randn(
-        2, 3, 5, 6, dtype=torch.float64)
+    q, k, v = (
+        torch.randn(2, 3, 7, 8, dtype=torch.float64),
+        torch.randn(2, 3, 5, 8, dtype=torch.float64),
+        torch.randn(2, 3, 5, 6, dtype=torch.float64),
+    )
     torch.testing.assert_close(tiled_attention(q, k, v, block_q, block_k), _softmax_attention(q, k, v))
     torch.testing.assert_close(standard_attention(q, k, v), _softmax_attention(q, k, v))
 
@@ -63,8 +66,10 @@ def test_flash_traffic_follows_theorem_2():
     # bound is reached with block_q = Theta(M / d), which the cap allows while M <= 4 d^2
     bq_small, _ = flash_block_sizes(16_384, d)
     assert bq_small == 64 and counts[16_384] == counts[65_536]
-    small = {M: attention_traffic(N, N, d, block_q=flash_block_sizes(M, d)[0], block_k=flash_block_sizes(M, d)[1]).total
-             for M in (1024, 4096)}
+    small = {
+        M: attention_traffic(N, N, d, block_q=flash_block_sizes(M, d)[0], block_k=flash_block_sizes(M, d)[1]).total
+        for M in (1024, 4096)
+    }
     assert 3.0 < small[1024] / small[4096] < 4.1
 
 

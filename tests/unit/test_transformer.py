@@ -16,12 +16,27 @@ from attnlab.train import evaluate_seq2seq, train_seq2seq
 def _pair(norm_first: bool, dtype=torch.float32, activation="relu"):
     torch.manual_seed(0)
     theirs = nn.Transformer(
-        d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=3, dim_feedforward=48,
-        dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first,
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=3,
+        dim_feedforward=48,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=norm_first,
     )
     config = TransformerConfig(
-        10, 12, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=3, dim_feedforward=48,
-        norm_first=norm_first, final_norm=True, activation=activation,
+        10,
+        12,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=3,
+        dim_feedforward=48,
+        norm_first=norm_first,
+        final_norm=True,
+        activation=activation,
     )
     ours = copy_from_torch_transformer(Transformer(config), theirs)
     return ours.to(dtype).eval(), theirs.to(dtype).eval()
@@ -56,15 +71,21 @@ def test_gelu_layers_equal_torch():
     src, tgt = torch.randn(2, 6, 32), torch.randn(2, 4, 32)
     causal = nn.Transformer.generate_square_subsequent_mask(4)
     with torch.no_grad():
-        torch.testing.assert_close(
-            ours.decoder(tgt, ours.encoder(src)[0])[0], theirs(src, tgt, tgt_mask=causal)
-        )
+        torch.testing.assert_close(ours.decoder(tgt, ours.encoder(src)[0])[0], theirs(src, tgt, tgt_mask=causal))
 
 
 def _model(norm_first=False, layers=2):
     attnlab.set_seed(0)
-    config = TransformerConfig(9, 13, d_model=32, num_heads=4, num_encoder_layers=layers,
-                               num_decoder_layers=layers, dim_feedforward=64, norm_first=norm_first)
+    config = TransformerConfig(
+        9,
+        13,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
+        dim_feedforward=64,
+        norm_first=norm_first,
+    )
     return Transformer(config).eval()
 
 
@@ -171,13 +192,30 @@ def test_transformer_trains_with_the_seq2seq_loop():
     pairs = make_sequence_pairs("reverse", 256, 3, 5, seed=0)
     vocab = CharVocab("abcdefghij")
     attnlab.set_seed(0)
-    config = TransformerConfig(len(vocab), len(vocab), d_model=16, num_heads=2, num_encoder_layers=1,
-                               num_decoder_layers=1, dim_feedforward=32,
-                               norm_first=True)
+    config = TransformerConfig(
+        len(vocab),
+        len(vocab),
+        d_model=16,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dim_feedforward=32,
+        norm_first=True,
+    )
     model = Transformer(config)
-    history = train_seq2seq(model, pairs, vocab, vocab, steps=60, batch_size=32, lr=1.0,
-                            schedule=warmup_schedule(16, 10, factor=1.0), label_smoothing=0.1,
-                            betas=(0.9, 0.98), progress=False)
+    history = train_seq2seq(
+        model,
+        pairs,
+        vocab,
+        vocab,
+        steps=60,
+        batch_size=32,
+        lr=1.0,
+        schedule=warmup_schedule(16, 10, factor=1.0),
+        label_smoothing=0.1,
+        betas=(0.9, 0.98),
+        progress=False,
+    )
     assert len(history.loss) == 60 and sum(history.loss[-5:]) < 0.85 * sum(history.loss[:5]), history.loss
     result = evaluate_seq2seq(model, pairs[:20], vocab, vocab)
     assert len(result.predictions) == 20 and 0 <= result.token_accuracy <= 1

@@ -96,7 +96,10 @@ def test_set_seed_by_default_leaves_the_determinism_settings_alone(torch_determi
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, cudnn_benchmark
     attnlab.set_seed(3)
     assert torch.are_deterministic_algorithms_enabled() == algorithms
-    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == (cudnn_deterministic, cudnn_benchmark)
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == (
+        cudnn_deterministic,
+        cudnn_benchmark,
+    )
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 

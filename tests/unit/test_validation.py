@@ -87,9 +87,9 @@ def test_check_tensor():
         check_tensor("f", "x", [1, 2])
     with pytest.raises(TypeError, match=r"^f: x must be a torch.long tensor \(token ids\), got torch.float32$"):
         check_tensor("f", "x", x, kind="long", note="token ids")
-    with pytest.raises(TypeError, match="x must be a boolean tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"x must be a boolean tensor, got torch\.float32"):
         check_tensor("f", "x", x, kind="bool")
-    with pytest.raises(TypeError, match="x must be an integer tensor, got torch.bool"):
+    with pytest.raises(TypeError, match=r"x must be an integer tensor, got torch\.bool"):
         check_tensor("f", "x", x.bool(), kind="integer")
     with pytest.raises(ValueError, match=r"^f: x must be 3-D, got shape \(2, 3\)$"):
         check_tensor("f", "x", x, dim=3)
@@ -128,7 +128,9 @@ def test_no_module_writes_its_own_int_or_number_check():
 
 def _raises(body: list[ast.stmt], name: str) -> bool:
     return any(
-        isinstance(s, ast.Raise) and isinstance(s.exc, ast.Call) and isinstance(s.exc.func, ast.Name)
+        isinstance(s, ast.Raise)
+        and isinstance(s.exc, ast.Call)
+        and isinstance(s.exc.func, ast.Name)
         and s.exc.func.id == name
         for s in body
     )
@@ -142,9 +144,13 @@ def _value_errors_for_types(tree: ast.AST) -> list[int]:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.If) and _raises(node.body, "ValueError")):
             continue
-        tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) else [node.test]
+        tests = (
+            node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) else [node.test]
+        )
         if any(
-            isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and isinstance(t.operand, ast.Call)
+            isinstance(t, ast.UnaryOp)
+            and isinstance(t.op, ast.Not)
+            and isinstance(t.operand, ast.Call)
             and getattr(t.operand.func, "id", "") == "isinstance"
             for t in tests
         ):
@@ -153,7 +159,9 @@ def _value_errors_for_types(tree: ast.AST) -> list[int]:
 
 
 def test_a_failed_isinstance_check_raises_a_type_error():
-    found = [f"{path.relative_to(PACKAGE)}:{line}" for path, tree in _sources() for line in _value_errors_for_types(tree)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}" for path, tree in _sources() for line in _value_errors_for_types(tree)
+    ]
     assert not found, f"a wrong type must raise TypeError (split the type and the value checks): {found}"
 
 

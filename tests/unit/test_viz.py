@@ -59,7 +59,7 @@ def test_bad_shapes_are_explained():
 
 
 def test_bad_types_are_explained():
-    with pytest.raises(TypeError, match="weights must be a torch.Tensor, a numpy.ndarray or a nested list, got str"):
+    with pytest.raises(TypeError, match=r"weights must be a torch\.Tensor, a numpy\.ndarray or a nested list, got str"):
         plot_attention("weights")
     with pytest.raises(TypeError, match="must hold real numbers"):
         plot_attention(np.array([["a", "b"]]))
@@ -87,8 +87,11 @@ def test_figure_slider_renders_one_picture_per_value_and_links_them():
     # The link lives in the browser: look for it in the state that is embedded into the web page.
     states = widgets.Widget.get_manager_state()["state"].values()
     links = [s["state"] for s in states if s["model_name"] == "LinkModel"]
-    wanted = {"source": ["IPY_MODEL_" + slider.model_id, "index"], "target": ["IPY_MODEL_" + stack.model_id, "selected_index"]}
-    assert any(all(l[k] == v for k, v in wanted.items()) for l in links)
+    wanted = {
+        "source": ["IPY_MODEL_" + slider.model_id, "index"],
+        "target": ["IPY_MODEL_" + stack.model_id, "selected_index"],
+    }
+    assert any(all(link[k] == v for k, v in wanted.items()) for link in links)
     assert plt.get_fignums() == []  # every rendered figure was closed
 
 
@@ -127,12 +130,17 @@ def test_figure_grid_links_two_sliders_to_nested_stacks():
     pictures = [bytes(i.value) for s in outer.children for i in s.children]
     assert len(pictures) == 6 and len(set(pictures)) == 6
     # outer stack i, inner picture j is draw(rows[i], cols[j])
-    assert bytes(outer.children[0].children[1].value) == bytes(figure_grid(_bars2, [1], [0.5], descriptions=("h", "w")).children[1].children[0].children[0].value)
+    assert bytes(outer.children[0].children[1].value) == bytes(
+        figure_grid(_bars2, [1], [0.5], descriptions=("h", "w")).children[1].children[0].children[0].value
+    )
     states = widgets.Widget.get_manager_state()["state"].values()
     links = [(s["state"]["source"], s["state"]["target"]) for s in states if s["model_name"] == "LinkModel"]
     assert (["IPY_MODEL_" + row_slider.model_id, "index"], ["IPY_MODEL_" + outer.model_id, "selected_index"]) in links
     for stack in outer.children:
-        assert (["IPY_MODEL_" + col_slider.model_id, "index"], ["IPY_MODEL_" + stack.model_id, "selected_index"]) in links
+        assert (
+            ["IPY_MODEL_" + col_slider.model_id, "index"],
+            ["IPY_MODEL_" + stack.model_id, "selected_index"],
+        ) in links
     assert plt.get_fignums() == []
 
 
@@ -250,11 +258,20 @@ def test_described_figures_name_their_kind_panels_and_colour_scale():
 
 
 def test_alt_text_can_be_given():
-    pictures = figure_slider(_bars, [1, 2], description="h", alt=lambda v: f"one bar of height {v}").children[1].children
+    pictures = (
+        figure_slider(_bars, [1, 2], description="h", alt=lambda v: f"one bar of height {v}").children[1].children
+    )
     assert [p.tooltip for p in pictures] == ["one bar of height 1", "one bar of height 2"]
     outer = figure_grid(_bars2, [1, 2], [0.2], descriptions=("h", "w"), alt=lambda r, c: f"{r} by {c}").children[1]
     assert [s.children[0].tooltip for s in outer.children] == ["1 by 0.2", "2 by 0.2"]
-    assert figure_grid(_bars2, [1], [0.2], descriptions=("h", "w"), alt="a bar").children[1].children[0].children[0].tooltip == "a bar"
+    assert (
+        figure_grid(_bars2, [1], [0.2], descriptions=("h", "w"), alt="a bar")
+        .children[1]
+        .children[0]
+        .children[0]
+        .tooltip
+        == "a bar"
+    )
     with pytest.raises(ValueError, match=r"figure_slider: alt must give a non-empty string for 2, got ''"):
         figure_slider(_bars, [1, 2], description="h", alt=lambda v: "" if v == 2 else "bar")
     assert plt.get_fignums() == []  # closed even when the alt text is refused

@@ -23,7 +23,12 @@
 
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
 from attnlab.attention.efficient import blockwise_attention
-from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, kv_cache_bytes_per_token, repeat_kv
+from attnlab.attention.grouped import (
+    GroupedQueryAttention,
+    grouped_query_attention,
+    kv_cache_bytes_per_token,
+    repeat_kv,
+)
 from attnlab.attention.hard import (
     MovingAverageBaseline,
     attention_entropy,
@@ -46,6 +51,7 @@ from attnlab.attention.local import (
     receptive_field,
     window_to_dense,
 )
+from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import (
     LearnedPositionalEmbedding,
@@ -55,8 +61,6 @@ from attnlab.attention.positional import (
     rotary_embedding,
     sinusoidal_encoding,
 )
-from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
-from attnlab.attention.tiling import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 from attnlab.attention.scoring import (
     SCORES,
     AdditiveScore,
@@ -68,6 +72,7 @@ from attnlab.attention.scoring import (
     Score,
     make_score,
 )
+from attnlab.attention.tiling import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 
 __all__ = [
     "BACKENDS",

@@ -56,7 +56,9 @@ def _check_qkv(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.T
             f"{_shape(query)}, {_shape(key)} and {_shape(value)}"
         )
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"{name}: query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise TypeError(
+            f"{name}: query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
 
 
 def _check_mask(name: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:

@@ -73,7 +73,8 @@ class _Buffers:
     """
 
     def __init__(self, like: torch.Tensor, lead: torch.Size):
-        self.like, self.lead, self.store = like, tuple(lead), {}
+        self.like, self.lead = like, tuple(lead)
+        self.store: dict[str, torch.Tensor] = {}  # name -> its storage, flat
 
     def matmul(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         shape = (*self.lead, a.shape[-2], b.shape[-1])

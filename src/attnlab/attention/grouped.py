@@ -94,8 +94,7 @@ class GroupedQueryAttention(nn.Module):
     Shapes: ``x (B, N, embed_dim)``; ``forward`` returns ``(B, N, embed_dim)``.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, *, bias: bool = True,
-                 backend: str = "fast"):
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, *, bias: bool = True, backend: str = "fast"):
         super().__init__()
         name = "GroupedQueryAttention"
         check_ints(name, embed_dim=embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads)
@@ -114,8 +113,14 @@ class GroupedQueryAttention(nn.Module):
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x (B, N, D)`` -> queries ``(B, H, N, E)``, keys and values ``(B, G, N, E)``."""
-        check_tensor("GroupedQueryAttention", "x", x, kind="float", shape=(None, None, self.q_proj.in_features),
-                     names=f"(B, N, {self.q_proj.in_features})")
+        check_tensor(
+            "GroupedQueryAttention",
+            "x",
+            x,
+            kind="float",
+            shape=(None, None, self.q_proj.in_features),
+            names=f"(B, N, {self.q_proj.in_features})",
+        )
         B, N, _ = x.shape
         q = self.q_proj(x).view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, H, E) -> (B, H, N, E)
         k = self.k_proj(x).view(B, N, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, G, N, E)

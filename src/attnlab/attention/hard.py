@@ -55,13 +55,21 @@ def sample_location(
 
 
 def hard_attend(
-    weights: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None, *,
+    weights: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard attention: the value at one sampled location, ``(context (B, D), index, log_prob)``."""
     check_tensor("hard_attend", "weights", weights, kind="float", dim=2, names="(B, L)")
-    check_tensor("hard_attend", "values", values, shape=(*weights.shape, None),
-                 names=f"(B, L, D) with (B, L) = {tuple(weights.shape)}")
+    check_tensor(
+        "hard_attend",
+        "values",
+        values,
+        shape=(*weights.shape, None),
+        names=f"(B, L, D) with (B, L) = {tuple(weights.shape)}",
+    )
     index, log_prob = sample_location(weights, mask, generator=generator)
     context = values[torch.arange(len(index), device=values.device), index]  # (B, D)
     return context, index, log_prob
@@ -106,8 +114,13 @@ class MovingAverageBaseline:
 
 
 def reinforce_loss(
-    log_prob: torch.Tensor, reward: torch.Tensor, baseline: float | torch.Tensor = 0.0, *,
-    entropy: torch.Tensor | None = None, entropy_weight: float = 0.0, mask: torch.Tensor | None = None,
+    log_prob: torch.Tensor,
+    reward: torch.Tensor,
+    baseline: float | torch.Tensor = 0.0,
+    *,
+    entropy: torch.Tensor | None = None,
+    entropy_weight: float = 0.0,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Surrogate loss whose gradient is minus the REINFORCE estimate (plus the entropy bonus).
 
@@ -117,8 +130,14 @@ def reinforce_loss(
     from that step on); ``mask`` (same shape, boolean) drops padded steps from both means.
     """
     check_tensor("reinforce_loss", "log_prob", log_prob, kind="float", dim=(1, 2), names="(B,) or (B, L)")
-    check_tensor("reinforce_loss", "reward", reward, kind="float", shape=tuple(log_prob.shape),
-                 names=f"{tuple(log_prob.shape)} (that of log_prob)")
+    check_tensor(
+        "reinforce_loss",
+        "reward",
+        reward,
+        kind="float",
+        shape=tuple(log_prob.shape),
+        names=f"{tuple(log_prob.shape)} (that of log_prob)",
+    )
     if mask is None:
         mask = torch.ones_like(log_prob, dtype=torch.bool)
     check_tensor("reinforce_loss", "mask", mask, kind="bool", shape=tuple(log_prob.shape))
@@ -126,7 +145,8 @@ def reinforce_loss(
     loss = -((reward.detach() - baseline) * log_prob * mask).sum() / count
     if entropy_weight:
         if entropy is None or entropy.shape != mask.shape:
-            raise ValueError(f"reinforce_loss: entropy_weight needs the entropy of the attention weights, shape "
-                             f"{tuple(mask.shape)}")
+            raise ValueError(
+                f"reinforce_loss: entropy_weight needs the entropy of the attention weights, shape {tuple(mask.shape)}"
+            )
         loss = loss - entropy_weight * (entropy * mask).sum() / count
     return loss

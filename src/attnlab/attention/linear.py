@@ -134,7 +134,11 @@ def linear_attention_recurrent(
 
 
 def linear_attention_weights(
-    query: torch.Tensor, key: torch.Tensor, *, causal: bool = False, feature_map: FeatureMap = elu_feature_map,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    *,
+    causal: bool = False,
+    feature_map: FeatureMap = elu_feature_map,
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """The ``(..., L, S)`` weights ``phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')`` (chapter 8).

@@ -13,9 +13,10 @@ queries and keys have the same length ``N``); banded weights ``(..., N, 2r + 1)`
 
 Sliding-window attention (chapter 8) is the causal band under the name today's decoders use
 (Jiang et al. 2023; Longformer, Beltagy et al. 2020, puts a window on each side of a token): a
-decoder's token ``i`` attends to the positions ``i - w, ..., i``. While generating, it needs only the keys and values of the last ``w + 1``
-positions: ``RollingKVCache`` keeps them in a buffer of fixed size, overwritten in turn. Through
-``L`` such layers information still travels ``L * w`` positions (``receptive_field``).
+decoder's token ``i`` attends to the positions ``i - w, ..., i``. While generating, it needs only
+the keys and values of the last ``w + 1`` positions: ``RollingKVCache`` keeps them in a buffer of
+fixed size, overwritten in turn. Through ``L`` such layers information still travels ``L * w``
+positions (``receptive_field``).
 
 Local attention (chapter 4): a decoder's query ``t`` attends to the ``2w + 1`` source positions
 around a centre ``p_t``, fixed (local-m, ``p_t = t``) or predicted (local-p, with a Gaussian
@@ -125,7 +126,9 @@ def band_to_dense(weights: torch.Tensor, window: int) -> torch.Tensor:
     check_int("band_to_dense", "window", window, low=0)
     check_tensor("band_to_dense", "weights", weights)
     if weights.dim() < 2 or weights.shape[-1] != 2 * window + 1:
-        raise ValueError(f"band_to_dense: weights must have shape (..., N, {2 * window + 1}), got {tuple(weights.shape)}")
+        raise ValueError(
+            f"band_to_dense: weights must have shape (..., N, {2 * window + 1}), got {tuple(weights.shape)}"
+        )
     n = weights.shape[-2]
     dense = weights.new_zeros(*weights.shape[:-1], n + 2 * window)  # (..., N, N + 2r)
     rows = torch.arange(n, device=weights.device)[:, None]
@@ -154,12 +157,13 @@ class RollingKVCache:
     """The keys and values of the last ``window + 1`` positions, in a buffer of fixed size (chapter 8).
 
     The rolling buffer of Jiang et al. (2023), who store position ``i`` in slot ``i mod W``; here
-    the ``window`` keys before a token and the token's own are kept, so the token at position
-    ``p`` is written into slot ``p mod (window + 1)``, over the token ``window + 1`` positions
-    before it, which no later query may see. The order of the slots does not matter to attention (positions are already in
-    the keys, by ``rotary_embedding``, or in the model's bias), so ``append`` returns the filled
-    slots as they lie. Memory: ``nbytes``, the same after ``window + 1`` tokens as after a million.
-    (Each step makes the buffer anew, out of place, so that gradients can flow through it too.)
+    the ``window`` keys before a token and the token's own are kept, so the token at position ``p``
+    is written into slot ``p mod (window + 1)``, over the token ``window + 1`` positions before it,
+    which no later query may see. The order of the slots does not matter to attention (positions are
+    already in the keys, by ``rotary_embedding``, or in the model's bias), so ``append`` returns the
+    filled slots as they lie. Memory: ``nbytes``, the same after ``window + 1`` tokens as after a
+    million. (Each step makes the buffer anew, out of place, so that gradients can flow through it
+    too.)
 
     Shapes: ``append(key (B, H, 1, E), value (B, H, 1, Ev))`` -> keys ``(B, H, n, E)`` and values
     ``(B, H, n, Ev)``, ``n = min(tokens so far, window + 1)``.
@@ -172,11 +176,25 @@ class RollingKVCache:
         self.length = 0  # tokens appended so far
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_tensor("RollingKVCache", "key", key, kind="float", shape=(None, None, 1, None), names="(B, H, 1, E)",
-                     note="one new position")
-        check_tensor("RollingKVCache", "value", value, kind="float", shape=(*key.shape[:2], 1, None),
-                     names=f"({key.shape[0]}, {key.shape[1]}, 1, Ev)", note="one new position")
-        if self.keys is None:
+        check_tensor(
+            "RollingKVCache",
+            "key",
+            key,
+            kind="float",
+            shape=(None, None, 1, None),
+            names="(B, H, 1, E)",
+            note="one new position",
+        )
+        check_tensor(
+            "RollingKVCache",
+            "value",
+            value,
+            kind="float",
+            shape=(*key.shape[:2], 1, None),
+            names=f"({key.shape[0]}, {key.shape[1]}, 1, Ev)",
+            note="one new position",
+        )
+        if self.keys is None or self.values is None:
             size = self.window + 1
             self.keys = key.new_zeros(*key.shape[:2], size, key.shape[-1])  # (B, H, w + 1, E)
             self.values = value.new_zeros(*value.shape[:2], size, value.shape[-1])  # (B, H, w + 1, Ev)
@@ -187,8 +205,8 @@ class RollingKVCache:
             )
         # listing: rolling
         slot = self.length % (self.window + 1)  # overwrite the position that fell out of the window
-        self.keys = torch.cat([self.keys[:, :, :slot], key, self.keys[:, :, slot + 1:]], dim=2)  # (B, H, w + 1, E)
-        self.values = torch.cat([self.values[:, :, :slot], value, self.values[:, :, slot + 1:]], dim=2)
+        self.keys = torch.cat([self.keys[:, :, :slot], key, self.keys[:, :, slot + 1 :]], dim=2)  # (B, H, w + 1, E)
+        self.values = torch.cat([self.values[:, :, :slot], value, self.values[:, :, slot + 1 :]], dim=2)
         self.length += 1
         n = min(self.length, self.window + 1)
         return self.keys[:, :, :n], self.values[:, :, :n]
@@ -197,7 +215,7 @@ class RollingKVCache:
     @property
     def nbytes(self) -> int:
         """Bytes the buffer holds (0 before the first ``append``)."""
-        if self.keys is None:
+        if self.keys is None or self.values is None:
             return 0
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
@@ -276,8 +294,14 @@ def local_attention(
 def window_to_dense(weights: torch.Tensor, positions: torch.Tensor, source_length: int) -> torch.Tensor:
     """Window weights ``(B, L, W)`` at ``positions`` as ``(B, L, S)`` (zeros outside the window)."""
     check_tensor("window_to_dense", "weights", weights)
-    check_tensor("window_to_dense", "positions", positions, kind="integer", shape=tuple(weights.shape),
-                 names=f"{tuple(weights.shape)} (that of weights)")
+    check_tensor(
+        "window_to_dense",
+        "positions",
+        positions,
+        kind="integer",
+        shape=tuple(weights.shape),
+        names=f"{tuple(weights.shape)} (that of weights)",
+    )
     check_int("window_to_dense", "source_length", source_length)
     inside = (positions >= 0) & (positions < source_length)
     dense = weights.new_zeros(*weights.shape[:-1], source_length)

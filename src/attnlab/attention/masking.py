@@ -109,8 +109,15 @@ def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
         TypeError: ``key_padding_mask`` is not a boolean tensor.
         ValueError: ``key_padding_mask`` is not 2-D.
     """
-    check_tensor("from_key_padding_mask", "key_padding_mask", key_padding_mask, kind="bool", dim=2, names="(B, S)",
-                 note="True = ignore")
+    check_tensor(
+        "from_key_padding_mask",
+        "key_padding_mask",
+        key_padding_mask,
+        kind="bool",
+        dim=2,
+        names="(B, S)",
+        note="True = ignore",
+    )
     return ~key_padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S), True = takes part
 
 

@@ -73,7 +73,8 @@ class MultiHeadAttention(nn.Module):
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         B, N, _ = x.shape
-        return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, H*E) -> (B, N, H, E) -> (B, H, N, E)
+        # (B, N, H*E) -> (B, N, H, E) -> (B, H, N, E)
+        return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)
 
     def _check(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, t, size in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
@@ -108,8 +109,14 @@ class MultiHeadAttention(nn.Module):
             causal = causal_mask(L, S, device=query.device)
             mask = causal if mask is None else _combine(mask, causal)
         if key_padding_mask is not None:
-            check_tensor("MultiHeadAttention", "key_padding_mask", key_padding_mask, kind="bool",
-                         shape=(key.shape[0], S), note="True = padding")
+            check_tensor(
+                "MultiHeadAttention",
+                "key_padding_mask",
+                key_padding_mask,
+                kind="bool",
+                shape=(key.shape[0], S),
+                note="True = padding",
+            )
             padding = from_key_padding_mask(key_padding_mask)  # (B, S), True = ignore -> (B, 1, 1, S)
             mask = padding if mask is None else _combine(mask, padding)
         # listing: project
@@ -211,7 +218,7 @@ def copy_from_torch(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> 
     for linear, w in ((ours.q_proj, w_q), (ours.k_proj, w_k), (ours.v_proj, w_v)):
         linear.weight.copy_(w)
     if theirs.in_proj_bias is not None:
-        for linear, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_bias.split(D)):
+        for linear, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_bias.split(D), strict=True):
             linear.bias.copy_(b)
         ours.out_proj.bias.copy_(theirs.out_proj.bias)
     ours.out_proj.weight.copy_(theirs.out_proj.weight)

@@ -43,7 +43,11 @@ def _frequencies(d_model: int, base: float, dtype: torch.dtype, device: torch.de
 
 
 def sinusoidal_encoding(
-    max_len: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float32,
+    max_len: int,
+    d_model: int,
+    *,
+    base: float = 10_000.0,
+    dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """The sinusoidal positional encoding, shape ``(max_len, d_model)`` (defined in chapter 5).
@@ -68,7 +72,11 @@ def sinusoidal_encoding(
 
 
 def relative_rotation(
-    offset: int, d_model: int, *, base: float = 10_000.0, dtype: torch.dtype = torch.float64,
+    offset: int,
+    d_model: int,
+    *,
+    base: float = 10_000.0,
+    dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """The matrix ``M_k`` of shape ``(d_model, d_model)`` with ``PE(p + k) = M_k @ PE(p)`` (chapter 5).
@@ -106,7 +114,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3 or x.shape[-1] != self.embedding.embedding_dim:
             raise ValueError(
-                f"LearnedPositionalEmbedding: x must have shape (B, N, {self.embedding.embedding_dim}), got {tuple(x.shape)}"
+                f"LearnedPositionalEmbedding: x must have shape (B, N, {self.embedding.embedding_dim}), "
+                f"got {tuple(x.shape)}"
             )
         if x.shape[1] > self.max_len:
             raise ValueError(f"LearnedPositionalEmbedding: sequence length {x.shape[1]} exceeds max_len {self.max_len}")
@@ -171,7 +180,11 @@ def alibi_slopes(num_heads: int, *, device: torch.device | str | None = None) ->
 
 
 def alibi_bias(
-    num_heads: int, num_queries: int, num_keys: int | None = None, *, device: torch.device | str | None = None,
+    num_heads: int,
+    num_queries: int,
+    num_keys: int | None = None,
+    *,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """ALiBi's bias ``-m_h |i - j|``, shape ``(num_heads, L, S)``: a float mask added to the scores.
 

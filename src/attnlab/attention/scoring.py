@@ -53,7 +53,9 @@ class Score(nn.Module):
         check_tensor(name, "query", query, shape=(None, None, self.query_dim), names=f"(B, L, {self.query_dim})")
         check_tensor(name, "keys", keys, shape=(None, None, self.key_dim), names=f"(B, S, {self.key_dim})")
         if query.shape[0] != keys.shape[0]:
-            raise ValueError(f"{name}: query and keys must have the same batch size, got {query.shape[0]} and {keys.shape[0]}")
+            raise ValueError(
+                f"{name}: query and keys must have the same batch size, got {query.shape[0]} and {keys.shape[0]}"
+            )
         return self._score(query, keys)
 
     def _score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -85,10 +87,11 @@ class ScaledDotScore(DotScore):
 
 
 class CosineScore(DotScore):
-    """:math:`\\mathrm{score}(q, k) = s \\cdot q^\\top k / (\\lVert q \\rVert \\lVert k \\rVert)`: similarity of direction only.
+    """:math:`\\mathrm{score}(q, k) = s \\cdot q^\\top k / (\\lVert q \\rVert \\lVert k \\rVert)`.
 
-    Cosine scores lie in ``[-s, s]``; with ``scale=1`` the softmax over them can never be peaked,
-    so a scale (a fixed inverse temperature, 10 by default) is part of the score.
+    Similarity of direction only: cosine scores lie in ``[-s, s]``; with ``scale=1`` the softmax
+    over them can never be peaked, so a scale (a fixed inverse temperature, 10 by default) is part
+    of the score.
     """
 
     def __init__(self, query_dim: int, key_dim: int | None = None, scale: float = 10.0):

@@ -140,7 +140,13 @@ def tiled_attention(
 
 
 def attention_traffic(
-    L: int, S: int, E: int, Ev: int | None = None, *, block_q: int | None = None, block_k: int | None = None,
+    L: int,
+    S: int,
+    E: int,
+    Ev: int | None = None,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
     heads: int = 1,
 ) -> Traffic:
     """The elements ``standard_attention`` (no blocks) or ``tiled_attention`` moves, as formulas.
@@ -156,7 +162,7 @@ def attention_traffic(
             f"attention_traffic: give both block_q and block_k (tiled) or neither (standard), got {block_q}, {block_k}"
         )
     # listing: formulas
-    if block_q is None:  # standard: inputs and output once, and the (L, S) matrix four times
+    if block_q is None or block_k is None:  # standard: inputs and output once, and the (L, S) matrix four times
         return Traffic(reads=heads * (L * E + S * E + 2 * L * S + S * Ev), writes=heads * (2 * L * S + L * Ev))
     check_ints("attention_traffic", block_q=block_q, block_k=block_k)
     tiles_q = -(-L // block_q)  # ceil(L / block_q): each query tile reads every key and value

@@ -19,8 +19,20 @@ __all__ = ["DATE_FORMATS", "FIRST_DAY", "LAST_DAY", "date_spans", "detect_format
 FIRST_DAY = dt.date(1950, 1, 1)
 LAST_DAY = dt.date(2049, 12, 31)  # two-digit years 50..99 are 19xx, 00..49 are 20xx
 
-_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december"]
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 _DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 
 
@@ -61,23 +73,40 @@ def _month_name(d: dt.date) -> str:
 _FORMAT_PARTS: dict[str, Callable[[dt.date], list[Part]]] = {
     "long": lambda d: [_m(_month_name(d)), _s(" "), _d(str(d.day)), _s(", "), _y(d)],  # september 27, 1994
     "day_month_abbr": lambda d: [_d(str(d.day)), _s(" "), _m(_month_name(d)[:3].title()), _s(" "), _y(d)],
-    "weekday_numeric": lambda d: [_w(_DAYS[d.weekday()][:3].title()), _s(", "), _d(f"{d.day:02d}"), _s("/"),
-                                  _m(f"{d.month:02d}"), _s("/"), ("year", f"{d:%y}")],  # Tue, 27/09/94
+    "weekday_numeric": lambda d: [  # Tue, 27/09/94
+        _w(_DAYS[d.weekday()][:3].title()),
+        _s(", "),
+        _d(f"{d.day:02d}"),
+        _s("/"),
+        _m(f"{d.month:02d}"),
+        _s("/"),
+        ("year", f"{d:%y}"),
+    ],
     "chinese": lambda d: [_y(d), _s("年"), _m(str(d.month)), _s("月"), _d(str(d.day)), _s("日")],  # 1994年9月27日
     "dotted": lambda d: [_d(f"{d.day:02d}"), _s("."), _m(f"{d.month:02d}"), _s("."), _y(d)],  # 27.09.1994
     "us_numeric": lambda d: [_m(f"{d.month:02d}"), _s("/"), _d(f"{d.day:02d}"), _s("/"), _y(d)],  # 09/27/1994
     "dashed_abbr": lambda d: [_d(f"{d.day:02d}"), _s("-"), _m(_month_name(d)[:3]), _s("-"), _y(d)],  # 27-sep-1994
-    "weekday_long": lambda d: [_w(_DAYS[d.weekday()].title()), _s(", "), _m(_month_name(d).title()), _s(" "),
-                               _d(str(d.day)), _s(", "), _y(d)],  # Tuesday, September 27, 1994
+    "weekday_long": lambda d: [  # Tuesday, September 27, 1994
+        _w(_DAYS[d.weekday()].title()),
+        _s(", "),
+        _m(_month_name(d).title()),
+        _s(" "),
+        _d(str(d.day)),
+        _s(", "),
+        _y(d),
+    ],
     "ordinal": lambda d: [_s("the "), _d(_ordinal(d.day)), _s(" of "), _m(_month_name(d)), _s(" "), _y(d)],
     "day_month_long": lambda d: [_d(str(d.day)), _s(" "), _m(_month_name(d)), _s(" "), _y(d)],  # 27 september 1994
     "short_us": lambda d: [_m(_month_name(d)[:3]), _s(" "), _d(str(d.day)), _s(" "), ("year", f"{d:%y}")],
     "compact": lambda d: [_y(d), _m(f"{d.month:02d}"), _d(f"{d.day:02d}")],  # 19940927
 }
 
-DATE_FORMATS: dict[str, Callable[[dt.date], str]] = {
-    name: (lambda d, parts=parts: "".join(text for _, text in parts(d))) for name, parts in _FORMAT_PARTS.items()
-}
+
+def _joined(parts: Callable[[dt.date], list[Part]]) -> Callable[[dt.date], str]:
+    return lambda d: "".join(text for _, text in parts(d))
+
+
+DATE_FORMATS: dict[str, Callable[[dt.date], str]] = {name: _joined(parts) for name, parts in _FORMAT_PARTS.items()}
 
 
 def format_date(day: dt.date, fmt: str) -> str:

@@ -68,7 +68,13 @@ class DocumentTask:
 
 
 def make_document_task(
-    n: int, sentences: int, words: int, *, num_classes: int = 4, n_noise: int = 30, decoys: bool = True,
+    n: int,
+    sentences: int,
+    words: int,
+    *,
+    num_classes: int = 4,
+    n_noise: int = 30,
+    decoys: bool = True,
     seed: int = 0,
 ) -> DocumentTask:
     """Documents of noise sentences; one *key sentence* holds a label word next to a marker.

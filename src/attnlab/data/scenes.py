@@ -64,7 +64,7 @@ class SceneTask:
 def caption_text(tokens: torch.Tensor | list[int]) -> str:
     """Words of a caption, up to (not including) ``<end>``; padding and ``<start>`` skipped."""
     words = []
-    for t in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens):
+    for t in tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens:
         if t == END:
             break
         if t not in (PAD, START):
@@ -89,8 +89,14 @@ def _draw(kind: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor, r: torch.Tenso
 
 
 def make_scenes(
-    n: int, *, image_size: int = 48, grid: int = 3, min_objects: int = 1, max_objects: int = 3,
-    noise: float = 0.05, seed: int = 0,
+    n: int,
+    *,
+    image_size: int = 48,
+    grid: int = 3,
+    min_objects: int = 1,
+    max_objects: int = 3,
+    noise: float = 0.05,
+    seed: int = 0,
 ) -> SceneTask:
     """``n`` scenes of ``min_objects .. max_objects`` shapes on a black background.
 
@@ -175,9 +181,13 @@ def make_scene_splits(
         total += len(chosen)
         attempt += 1
         if attempt > 20:
-            raise ValueError("make_scene_splits: could not find enough unseen scenes; use a larger grid or fewer scenes")
-    test = SceneTask(*(torch.cat([getattr(t, f) for t in kept]) for f in ("images", "captions", "lengths", "cells")),
-                     train.grid)
+            raise ValueError(
+                "make_scene_splits: could not find enough unseen scenes; use a larger grid or fewer scenes"
+            )
+    images, captions, lengths, cells = (
+        torch.cat([getattr(t, f) for t in kept]) for f in ("images", "captions", "lengths", "cells")
+    )
+    test = SceneTask(images, captions, lengths, cells, train.grid)
     return train, test
 
 

@@ -7,7 +7,6 @@ adds ``make_neighbour_task``, which self-attention can only solve if it knows po
 
 from __future__ import annotations
 
-import math
 import random
 import string
 

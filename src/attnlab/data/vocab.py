@@ -133,7 +133,7 @@ def make_batch(
     batch = Batch(
         src=_pad(sources, CharVocab.PAD),
         src_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
-        tgt_in=_pad([[CharVocab.START] + t for t in targets], CharVocab.PAD),
-        tgt_out=_pad([t + [CharVocab.END] for t in targets], CharVocab.PAD),
+        tgt_in=_pad([[CharVocab.START, *t] for t in targets], CharVocab.PAD),
+        tgt_out=_pad([[*t, CharVocab.END] for t in targets], CharVocab.PAD),
     )
     return batch.to(device) if device is not None else batch

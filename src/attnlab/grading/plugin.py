@@ -29,10 +29,12 @@ import nbformat
 from otter.plugins import AbstractOtterPlugin
 from otter.test_files.abstract_test import TestCaseResult
 
-NO_RESULT = ("The grader received no result from your notebook: it ended the grading process (for instance "
-             "with os._exit, exit() or an error that killed the kernel), or ran past the time limit, or "
-             "removed the grader's result. Every question scores 0: make sure the notebook runs from top to "
-             "bottom, then hand it in again.")
+NO_RESULT = (
+    "The grader received no result from your notebook: it ended the grading process (for instance "
+    "with os._exit, exit() or an error that killed the kernel), or ran past the time limit, or "
+    "removed the grader's result. Every question scores 0: make sure the notebook runs from top to "
+    "bottom, then hand it in again."
+)
 KERNEL_DIED_STARTING = "Kernel died before replying to kernel_info"  # jupyter_client's words
 DEFAULT_TIMEOUT = 1800  # seconds for one cell of the sealed run (the trainings of assignments 2 and 5 included)
 
@@ -45,12 +47,17 @@ def _ignored(cell: nbformat.NotebookNode) -> bool:
 
 def sealed_notebook(submission: nbformat.NotebookNode, setup_path: str, token: str) -> nbformat.NotebookNode:
     """The notebook the sealed kernel runs: the harness, the submission's code cells, the grading."""
-    cells = [nbformat.v4.new_code_cell(f"from attnlab.grading.sealed import install\ninstall({setup_path!r})\n"
-                                       "del install")]
-    cells += [nbformat.v4.new_code_cell(c.source) for c in submission.cells
-              if c.cell_type == "code" and not _ignored(c)]
-    cells.append(nbformat.v4.new_code_cell(
-        f"import sys\nsys.audit('attnlab.sealed.grade', {token!r})\nsys.audit('attnlab.sealed.run')"))
+    cells = [
+        nbformat.v4.new_code_cell(f"from attnlab.grading.sealed import install\ninstall({setup_path!r})\ndel install")
+    ]
+    cells += [
+        nbformat.v4.new_code_cell(c.source) for c in submission.cells if c.cell_type == "code" and not _ignored(c)
+    ]
+    cells.append(
+        nbformat.v4.new_code_cell(
+            f"import sys\nsys.audit('attnlab.sealed.grade', {token!r})\nsys.audit('attnlab.sealed.run')"
+        )
+    )
     notebook = nbformat.v4.new_notebook(cells=cells)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return notebook
@@ -74,8 +81,11 @@ def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeo
     from nbclient import NotebookClient
 
     key, token = secrets.token_bytes(32), secrets.token_hex(16)
-    tests = {Path(p).stem: Path(p).read_text(encoding="utf-8") for p in sorted(glob(os.path.join(tests_dir, "*.py")))
-             if Path(p).name != "__init__.py"}
+    tests = {
+        Path(p).stem: Path(p).read_text(encoding="utf-8")
+        for p in sorted(glob(os.path.join(tests_dir, "*.py")))
+        if Path(p).name != "__init__.py"
+    }
     folder = Path(tempfile.mkdtemp(prefix="attnlab-sealed-"))
     try:
         work = folder / "work"
@@ -83,15 +93,28 @@ def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeo
         setup, result = folder / "setup.json", folder / "result"
         fd = os.open(setup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": key.hex(), "token": token, "tests": tests, "result": str(result),
-                       "protected": [os.path.abspath(p) for p in protected]}, f)
+            json.dump(
+                {
+                    "key": key.hex(),
+                    "token": token,
+                    "tests": tests,
+                    "result": str(result),
+                    "protected": [os.path.abspath(p) for p in protected],
+                },
+                f,
+            )
         notebook = sealed_notebook(nbformat.read(submission_path, as_version=4), str(setup), token)
         for attempt in range(2):  # a kernel that dies while it starts, before any cell, is started again
-            client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                    resources={"metadata": {"path": str(work)}})
+            client = NotebookClient(
+                notebook,
+                timeout=timeout,
+                kernel_name="python3",
+                allow_errors=True,
+                resources={"metadata": {"path": str(work)}},
+            )
             try:
                 client.execute()
-            except Exception as error:  # noqa: BLE001 (a dead kernel, a cell past its time: no result)
+            except Exception as error:  # a dead kernel, a cell past its time: no result
                 if KERNEL_DIED_STARTING in str(error) and attempt == 0:
                     continue
             break
@@ -120,12 +143,18 @@ class SealedGrading(AbstractOtterPlugin):
         protected = [os.path.dirname(submission_dir), os.path.join(submission_dir, "tests")]
         if os.path.isdir("/autograder"):
             protected.append("/autograder")
-        outcome = run_sealed(self.submission_path, os.path.join(submission_dir, "tests"), protected,
-                             int((self.plugin_config or {}).get("timeout", DEFAULT_TIMEOUT)))
+        outcome = run_sealed(
+            self.submission_path,
+            os.path.join(submission_dir, "tests"),
+            protected,
+            int((self.plugin_config or {}).get("timeout", DEFAULT_TIMEOUT)),
+        )
         outcomes = outcome[0] if outcome else {}
         missing = (False, "❌ Test case failed\n" + NO_RESULT)
         for name, test_file in results.results.items():
             cases = {case_name: (passed, message) for case_name, passed, message in outcomes.get(name, [])}
             test_file.test_case_results = [
                 TestCaseResult(test_case=case, passed=passed, message=message)
-                for case in test_file.test_cases for passed, message in [cases.get(case.name, missing)]]
+                for case in test_file.test_cases
+                for passed, message in [cases.get(case.name, missing)]
+            ]

@@ -8,10 +8,10 @@ which the student's code could reach only through the call stack or the garbage 
 the hook refuses both to it.
 
 The last cell raises the audit event ``attnlab.sealed.grade`` with the token, then
-``attnlab.sealed.run``. The hook then runs every test with a profiler on, checks what the tests rely on after each, and writes the outcomes,
-signed (HMAC-SHA256), where the set-up said. Any tampering found (a changed function, method or
-module, the student's code running inside a test's own checks, a refused operation) fails every
-test with a message that names it.
+``attnlab.sealed.run``. The hook then runs every test with a profiler on, checks what the tests rely
+on after each, and writes the outcomes, signed (HMAC-SHA256), where the set-up said. Any tampering
+found (a changed function, method or module, the student's code running inside a test's own checks,
+a refused operation) fails every test with a message that names it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import sys
 import threading
 import traceback
 import types
+from typing import Any
 
 GRADE_EVENT = "attnlab.sealed.grade"  # with the token: arm the grading
 RUN_EVENT = "attnlab.sealed.run"  # then: run the tests
@@ -32,16 +33,60 @@ TEST_PREFIX = "<attnlab test "
 # its snapshot before the tests, after each test, and (the QUICK ones) after every call that a
 # test makes into the student's code.
 QUICK = ("builtins", "torch", "torch.testing", "torch.nn.functional", "math")
-WATCHED = QUICK + (
-    "operator", "functools", "itertools", "os", "posixpath", "signal", "threading", "types", "inspect",
-    "tracemalloc", "warnings", "traceback", "numpy", "torch.nn", "torch.nn.init", "torch.overrides",
-    "torch.autograd", "torch.linalg", "torch.profiler", "torch.testing._comparison", "torch._tensor",
-    "torch.nn.modules.module", "torch._C", "otter", "otter.test_files", "sys")
+WATCHED = (
+    *QUICK,
+    "operator",
+    "functools",
+    "itertools",
+    "os",
+    "posixpath",
+    "signal",
+    "threading",
+    "types",
+    "inspect",
+    "tracemalloc",
+    "warnings",
+    "traceback",
+    "numpy",
+    "torch.nn",
+    "torch.nn.init",
+    "torch.overrides",
+    "torch.autograd",
+    "torch.linalg",
+    "torch.profiler",
+    "torch.testing._comparison",
+    "torch._tensor",
+    "torch.nn.modules.module",
+    "torch._C",
+    "otter",
+    "otter.test_files",
+    "sys",
+)
 # Names that IPython itself sets in builtins and sys between cells.
-SKIPPED = {"builtins": {"_", "__IPYTHON__", "display", "get_ipython", "exit", "quit", "input", "raw_input"},
-           "sys": {"stdout", "stderr", "stdin", "displayhook", "excepthook", "ps1", "ps2", "ps3",
-                   "last_type", "last_value", "last_traceback", "argv", "path_importer_cache",
-                   "_jupyter_stdout", "_jupyter_stderr", "modules", "path", "meta_path", "path_hooks"}}
+SKIPPED = {
+    "builtins": {"_", "__IPYTHON__", "display", "get_ipython", "exit", "quit", "input", "raw_input"},
+    "sys": {
+        "stdout",
+        "stderr",
+        "stdin",
+        "displayhook",
+        "excepthook",
+        "ps1",
+        "ps2",
+        "ps3",
+        "last_type",
+        "last_value",
+        "last_traceback",
+        "argv",
+        "path_importer_cache",
+        "_jupyter_stdout",
+        "_jupyter_stderr",
+        "modules",
+        "path",
+        "meta_path",
+        "path_hooks",
+    },
+}
 # The student's methods that a test may call, directly or through a library: anything that is not
 # a dunder, and these. The other dunders (__eq__, __bool__, __torch_function__, ...) answer for an
 # object when a test compares it: none of the student's may run inside a test.
@@ -50,8 +95,18 @@ CALLABLE_DUNDERS = {"__init__", "__new__", "__call__", "__post_init__"}
 FRAMES = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile"}
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 INTROSPECTION = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}
-PROCESSES = {"os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-             "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg"}
+PROCESSES = {
+    "os.fork",
+    "os.forkpty",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "subprocess.Popen",
+    "pty.spawn",
+    "os.kill",
+    "os.killpg",
+}
 # Refused when the student's code asks for them through any library (IPython's own open()
 # wraps io.open); the others only when asked directly, or through the helper modules below.
 BY_PROXY = PROCESSES | {"open"}
@@ -63,7 +118,7 @@ class Violation(Exception):
 
 
 def _module_snapshot(names: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
-    found = {}
+    found: dict[str, tuple[object, dict]] = {}
     for name in names:
         module = sys.modules.get(name)
         if module is not None:
@@ -75,14 +130,19 @@ def _module_snapshot(names: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
 def _classes() -> list[type]:
     """torch.Tensor, nn.Parameter and every class that torch.nn, torch.autograd, torch.profiler
     and otter's test files name: the tests call their methods on the student's results."""
-    import torch
-
     import otter.test_files
     import otter.test_files.abstract_test
+    import torch
 
-    classes = {torch.Tensor, torch.nn.Parameter}
-    for module in (torch.nn, torch.autograd, torch.profiler, torch.overrides, otter.test_files,
-                   otter.test_files.abstract_test):
+    classes: set[type] = {torch.Tensor, torch.nn.Parameter}
+    for module in (
+        torch.nn,
+        torch.autograd,
+        torch.profiler,
+        torch.overrides,
+        otter.test_files,
+        otter.test_files.abstract_test,
+    ):
         classes.update(v for v in vars(module).values() if isinstance(v, type))
     return [c for c in classes if not c.__flags__ & (1 << 8)]  # immutable (C) types cannot change
 
@@ -92,8 +152,8 @@ class _Sealed:
 
     def __init__(self, setup: dict, cell_prefixes: tuple[str, ...], harness_cell: str) -> None:
         import torch
-        import torch._dynamo  # noqa: F401 (on first import it rebinds torch.manual_seed: before the snapshot)
-        import torch.distributed.tensor  # noqa: F401 (the first assert_close imports it)
+        import torch._dynamo  # on first import it rebinds torch.manual_seed: before the snapshot
+        import torch.distributed.tensor  # the first assert_close imports it
         from torch._dynamo.mutation_guard import install_generation_tagging_init
 
         # dynamo's first compile (flex_attention's, for one) rebinds nn.Module.__init__ and
@@ -140,7 +200,9 @@ class _Sealed:
         import subprocess
         import traceback as tb
 
-        self.helpers = {m.__file__ for m in (ctypes, inspect, subprocess, tb, os, threading) if getattr(m, "__file__", None)}
+        self.helpers = {
+            m.__file__ for m in (ctypes, inspect, subprocess, tb, os, threading) if getattr(m, "__file__", None)
+        }
 
     # --- who is calling -------------------------------------------------------------------
     def is_student(self, code: types.CodeType) -> bool:
@@ -174,14 +236,14 @@ class _Sealed:
                 # Python turns profiling off inside an audit hook's call, unless the hook says
                 # otherwise: for the next event (RUN_EVENT) it does, so that the profiler and the
                 # tests' own see the tests. Not for the others: a rules test would see the hook.
-                type(self).hook.__cantrace__ = True
+                type(self).hook.__cantrace__ = True  # type: ignore[attr-defined]  # read by CPython, unknown to typeshed
             return
         if event == RUN_EVENT:
             if self.armed and not self.graded:
                 self.graded = True
                 # read once, for this call: the hook's calls for the events inside the tests
                 # stay out of the profiles, as the student's code sees none of them
-                type(self).hook.__cantrace__ = False
+                type(self).hook.__cantrace__ = False  # type: ignore[attr-defined]  # as above
                 self.grade()
             return
         refusal = self.policy(event, args)
@@ -196,7 +258,8 @@ class _Sealed:
             student = frame is not None and self.is_student(frame.f_code)
         if student:
             if os.environ.get("ATTNLAB_SEALED_DEBUG"):
-                f, where = self.frame(1), []
+                f = self.frame(1)
+                where: list[str] = []
                 while f is not None and len(where) < 8:
                     where.append(f"{f.f_code.co_filename}:{f.f_lineno}")
                     f = f.f_back
@@ -237,10 +300,13 @@ class _Sealed:
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
             path = os.path.realpath(os.fsdecode(args[0]))
             name = os.path.basename(path)
-            if path.startswith(self.protected_paths) or path in self.protected_files or (
-                    path.startswith("/proc/") and path.endswith("/mem")) or (
-                    name.endswith(".py") and os.path.basename(os.path.dirname(path)) == "tests") or (
-                    name.endswith(".zip") and "autograder" in name):
+            if (
+                path.startswith(self.protected_paths)
+                or path in self.protected_files
+                or (path.startswith("/proc/") and path.endswith("/mem"))
+                or (name.endswith(".py") and os.path.basename(os.path.dirname(path)) == "tests")
+                or (name.endswith(".zip") and "autograder" in name)
+            ):
                 return f"your code opened a file of the grader's ({path})"
         return None
 
@@ -267,17 +333,29 @@ class _Sealed:
             now = vars(module)
             changed = [k for k, v in saved.items() if now.get(k, _MISSING) is not v]
             for k in changed[:3]:
-                self.violate(f"your notebook changed {name}.{k}" if name != "builtins" else f"your notebook changed the builtin {k}")
+                self.violate(
+                    f"your notebook changed {name}.{k}"
+                    if name != "builtins"
+                    else f"your notebook changed the builtin {k}"
+                )
         tensor = vars(self.torch.Tensor)
         classes = self.classes if full else {self.torch.Tensor: self.tensor_dict}
         for cls, saved in classes.items():
-            now = tensor if cls is self.torch.Tensor else vars(cls)
-            if len(now) != len(saved) or any(now.get(k, _MISSING) is not v for k, v in saved.items()):
-                changed = sorted(set(now) ^ set(saved) | {k for k, v in saved.items() if now.get(k) is not v})
+            attrs = tensor if cls is self.torch.Tensor else vars(cls)
+            if len(attrs) != len(saved) or any(attrs.get(k, _MISSING) is not v for k, v in saved.items()):
+                changed = sorted(set(attrs) ^ set(saved) | {k for k, v in saved.items() if attrs.get(k) is not v})
                 # caches, and private names that PyTorch adds on first use (they override nothing)
-                changed = [k for k in changed if k not in ("__slotnames__", "_abc_impl") and not (
-                    k not in saved and k.startswith("_") and not k.endswith("__")
-                    and not any(k in vars(base) for base in cls.__mro__[1:]))]
+                changed = [
+                    k
+                    for k in changed
+                    if k not in ("__slotnames__", "_abc_impl")
+                    and not (
+                        k not in saved
+                        and k.startswith("_")
+                        and not k.endswith("__")
+                        and not any(k in vars(base) for base in cls.__mro__[1:])
+                    )
+                ]
                 if not changed:
                     continue
                 self.violate(f"your notebook changed {cls.__module__}.{cls.__qualname__}.{changed[0]}")
@@ -306,8 +384,10 @@ class _Sealed:
             if who == "test" and code in self.sanctioned:
                 self.top_calls.add(id(frame))
                 return
-            self.violate(f"your code ({code.co_name}, line {code.co_firstlineno} of its cell) ran inside "
-                         f"a test's own checks, where no code of a submission runs")
+            self.violate(
+                f"your code ({code.co_name}, line {code.co_firstlineno} of its cell) ran inside "
+                f"a test's own checks, where no code of a submission runs"
+            )
         elif event == "return" and id(frame) in self.top_calls:
             self.top_calls.discard(id(frame))
             self.check(full=False)
@@ -323,8 +403,12 @@ class _Sealed:
         torch = self.torch
         codes, seen = set(), set()
         todo = list(objects)  # and every class of the notebook's: a model's parts, an autograd Function
-        todo += [v for v in self.student_globals.values() if issubclass(type(v), type)
-                 and any(self.is_student(f.__code__) for f in vars(v).values() if type(f) is types.FunctionType)]
+        todo += [
+            v
+            for v in self.student_globals.values()
+            if issubclass(type(v), type)
+            and any(self.is_student(f.__code__) for f in vars(v).values() if type(f) is types.FunctionType)
+        ]
         while todo:
             obj = todo.pop()
             if id(obj) in seen:
@@ -336,13 +420,13 @@ class _Sealed:
             elif kind is types.FunctionType:
                 codes.add(obj.__code__)
                 # a decorator's wrapper (torch.no_grad(), functools.wraps): the student's function inside
-                todo.extend(c.cell_contents for c in (obj.__closure__ or ()) if type(c.cell_contents) is types.FunctionType)
+                todo.extend(
+                    c.cell_contents for c in (obj.__closure__ or ()) if type(c.cell_contents) is types.FunctionType
+                )
                 wrapped = vars(obj).get("__wrapped__")
                 if wrapped is not None:
                     todo.append(wrapped)
-            elif kind is types.MethodType:
-                todo.append(obj.__func__)
-            elif kind in (staticmethod, classmethod):
+            elif kind is types.MethodType or kind in (staticmethod, classmethod):
                 todo.append(obj.__func__)
             elif kind is property:
                 todo.extend(f for f in (obj.fget, obj.fset) if f is not None)
@@ -367,15 +451,23 @@ class _Sealed:
             outcomes[name] = cases
         self.check()
         if self.violations:
-            why = ("The grader stopped this submission: " + "; ".join(self.violations[:5]) + ". A notebook "
-                   "that replaces, wraps or inspects what the tests use earns no points: remove that code "
-                   "and hand it in again.")
+            why = (
+                "The grader stopped this submission: " + "; ".join(self.violations[:5]) + ". A notebook "
+                "that replaces, wraps or inspects what the tests use earns no points: remove that code "
+                "and hand it in again."
+            )
             for cases in outcomes.values():
                 for case in cases:
                     case.update(passed=False, message=why)
         # repr of tuples of str and bool: C code all the way, which no patch of json can reach
-        payload = repr((tuple((f, tuple((c["name"], c["passed"], c["message"]) for c in cases))
-                              for f, cases in outcomes.items()), tuple(self.violations))).encode()
+        payload = repr(
+            (
+                tuple(
+                    (f, tuple((c["name"], c["passed"], c["message"]) for c in cases)) for f, cases in outcomes.items()
+                ),
+                tuple(self.violations),
+            )
+        ).encode()
         signature = self.digest(self.key, payload, "sha256").hex().encode()
         fd = self.open(self.result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
@@ -397,15 +489,15 @@ class _Sealed:
                 return self
 
         shim = types.ModuleType("otter.test_files")
-        shim.test_case = TestCase
+        shim.test_case = TestCase  # type: ignore[attr-defined]  # a module takes any attribute
         real_import = self.import_
 
         def import_(name, globals=None, locals=None, fromlist=(), level=0):
             return shim if name == "otter.test_files" else real_import(name, globals, locals, fromlist, level)
 
-        namespace = {"__builtins__": {**self.builtins, "__import__": import_}, "__name__": file_name}
+        namespace: dict[str, Any] = {"__builtins__": {**self.builtins, "__import__": import_}, "__name__": file_name}
         filename = f"{TEST_PREFIX}{file_name}>"
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (the course's own tests)
+        exec(compile(source, filename, "exec"), namespace)  # the course's own tests
         lines = source.splitlines()
         results = []
         file_label = namespace.get("name", file_name)
@@ -420,7 +512,7 @@ class _Sealed:
             self.setprofile(self.profile)
             try:
                 fn(**args)
-            except BaseException as error:  # noqa: BLE001 (SystemExit too: a test cannot end the grading)
+            except BaseException as error:  # SystemExit too: a test cannot end the grading
                 passed = False
                 self.setprofile(None)
                 message = "❌ Test case failed\n" + self.describe(error, filename, lines, name)
@@ -434,8 +526,9 @@ class _Sealed:
     def describe(self, error: BaseException, filename: str, lines: list[str], name: str) -> str:
         """otter's message: the test's line that failed, and the error (never the student's
         own __str__: only exceptions of Python's own classes are turned into text)."""
-        line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__))
-                     if f.filename == filename), None)
+        line = next(
+            (f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == filename), None
+        )
         where = f"Error at line {line} in test {name}:\n  {lines[line - 1].strip()}\n" if line else ""
         kind = type(error)
         text = str(error) if kind.__module__ == "builtins" else "(an exception of the submission's own class)"
@@ -450,8 +543,9 @@ def install(setup_path: str) -> None:
     with open(setup_path, encoding="utf-8") as f:
         setup = json.load(f)
     os.remove(setup_path)
+    prefixes: tuple[str, ...]
     try:
-        shell = get_ipython()  # noqa: F821 (IPython's builtin)
+        shell = get_ipython()  # type: ignore[name-defined]  # IPython's builtin
         cell = shell.compile.get_code_name("", "", 0)
         prefixes = (os.path.join(os.path.dirname(cell), ""), "<ipython-input-")
     except NameError:
@@ -459,8 +553,8 @@ def install(setup_path: str) -> None:
     harness_cell = sys._getframe(1).f_code.co_filename
     # This module's code again, in a namespace of its own whose builtins are a copy: the harness
     # then looks up nothing that the student's code can replace (this module's globals, builtins).
-    private = {"__name__": __name__, "__file__": __file__, "__builtins__": dict(vars(builtins))}
+    private: dict[str, Any] = {"__name__": __name__, "__file__": __file__, "__builtins__": dict(vars(builtins))}
     with open(__file__, encoding="utf-8") as f:
-        exec(compile(f.read(), __file__, "exec"), private)  # noqa: S102 (this file)
+        exec(compile(f.read(), __file__, "exec"), private)  # this file
     sealed = private["_Sealed"](setup, prefixes, harness_cell)
     sys.addaudithook(sealed.hook)

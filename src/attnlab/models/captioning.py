@@ -28,8 +28,15 @@ from attnlab.attention.scoring import AdditiveScore
 from attnlab.data.scenes import SCENE_WORDS, START
 from attnlab.validation import check_int, check_int_sequence, check_number, check_tensor
 
-__all__ = ["CaptionOutput", "Captioner", "CaptionerConfig", "ConvEncoder", "HardCaptioner", "SoftCaptioner",
-           "region_cells"]
+__all__ = [
+    "CaptionOutput",
+    "Captioner",
+    "CaptionerConfig",
+    "ConvEncoder",
+    "HardCaptioner",
+    "SoftCaptioner",
+    "region_cells",
+]
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,10 @@ class CaptionerConfig:
         check_int_sequence("CaptionerConfig", "channels", self.channels)
         side = self.image_size / 2 ** (len(self.channels) - 1)
         if side != int(side) or int(side) % self.grid:
-            raise ValueError(f"CaptionerConfig: image_size / 2**(len(channels) - 1) = {side:g} must be a multiple of "
-                             f"grid = {self.grid}")
+            raise ValueError(
+                f"CaptionerConfig: image_size / 2**(len(channels) - 1) = {side:g} must be a multiple of "
+                f"grid = {self.grid}"
+            )
 
     @property
     def regions(self) -> int:
@@ -96,8 +105,9 @@ class ConvEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         size = self.config.image_size
-        check_tensor("ConvEncoder", "images", images, kind="float", shape=(None, 3, size, size),
-                     names=f"(B, 3, {size}, {size})")
+        check_tensor(
+            "ConvEncoder", "images", images, kind="float", shape=(None, 3, size, size), names=f"(B, 3, {size}, {size})"
+        )
         features = self.cnn(images)  # (B, D, grid, grid)
         return features.flatten(2).transpose(1, 2) + self.position  # (B, D, S) -> (B, S, D)
 
@@ -156,7 +166,10 @@ class Captioner(nn.Module):
         raise NotImplementedError
 
     def _step(
-        self, word: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], annotations: torch.Tensor,
+        self,
+        word: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor],
+        annotations: torch.Tensor,
         generator: torch.Generator | None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None]:
         h, c = state
@@ -184,8 +197,10 @@ class Captioner(nn.Module):
         check_tensor(name, "captions_in", captions_in, kind="long", dim=2, names="(B, L)")
         check_tensor(name, "images", images, kind="float")
         if len(images) != len(captions_in):
-            raise ValueError(f"{name}: images and captions_in must have the same batch size, got {len(images)} and "
-                             f"{len(captions_in)}")
+            raise ValueError(
+                f"{name}: images and captions_in must have the same batch size, got {len(images)} and "
+                f"{len(captions_in)}"
+            )
         annotations, state = self._start(images)
         logits, weights, locations, log_probs = [], [], [], []
         for t in range(captions_in.shape[1]):
@@ -195,12 +210,16 @@ class Captioner(nn.Module):
             locations.append(location)
             log_probs.append(log_prob)
         return CaptionOutput(
-            torch.stack(logits, 1), torch.stack(weights, 1), torch.stack(locations, 1),
+            torch.stack(logits, 1),
+            torch.stack(weights, 1),
+            torch.stack(locations, 1),
             None if log_probs[0] is None else torch.stack(log_probs, 1),  # type: ignore[arg-type]
         )
 
     @torch.no_grad()
-    def generate(self, images: torch.Tensor, max_len: int = 9, *, generator: torch.Generator | None = None) -> CaptionOutput:
+    def generate(
+        self, images: torch.Tensor, max_len: int = 9, *, generator: torch.Generator | None = None
+    ) -> CaptionOutput:
         """Greedy captions of ``max_len`` words (``<end>`` and what follows it included)."""
         check_int(f"{type(self).__name__}.generate", "max_len", max_len)
         annotations, state = self._start(images)
@@ -213,8 +232,9 @@ class Captioner(nn.Module):
             weights.append(w)
             locations.append(location)
             tokens.append(word)
-        return CaptionOutput(torch.stack(logits, 1), torch.stack(weights, 1), torch.stack(locations, 1),
-                             tokens=torch.stack(tokens, 1))
+        return CaptionOutput(
+            torch.stack(logits, 1), torch.stack(weights, 1), torch.stack(locations, 1), tokens=torch.stack(tokens, 1)
+        )
 
 
 class SoftCaptioner(Captioner):

@@ -39,7 +39,14 @@ from attnlab.models.transformer import FeedForward
 from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
 __all__ = [
-    "ATTENTION_KINDS", "POSITION_KINDS", "LMBlock", "LMCache", "LMConfig", "TransformerLM", "generate", "sample_next",
+    "ATTENTION_KINDS",
+    "POSITION_KINDS",
+    "LMBlock",
+    "LMCache",
+    "LMConfig",
+    "TransformerLM",
+    "generate",
+    "sample_next",
 ]
 
 POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -144,7 +151,7 @@ class LMBlock(nn.Module):
                 out, cache.state = linear_attention_recurrent(q, k, v, cache.state)
         else:
             if cache is not None:  # append to the keys and values of earlier positions
-                if cache.key is not None:
+                if cache.key is not None and cache.value is not None:
                     k = torch.cat([cache.key, k], dim=2)  # (B, G, t, E) + (B, G, N, E) -> (B, G, t + N, E)
                     v = torch.cat([cache.value, v], dim=2)
                 cache.key, cache.value = k, v
@@ -201,14 +208,19 @@ class TransformerLM(nn.Module):
             if not self.config.causal:
                 raise ValueError("TransformerLM: caches need a causal model (an encoder sees every position at once)")
             if not isinstance(caches, list):
-                raise TypeError(f"TransformerLM: caches must be a list of LMCache (new_caches()), got "
-                                f"{type(caches).__name__}")
+                raise TypeError(
+                    f"TransformerLM: caches must be a list of LMCache (new_caches()), got {type(caches).__name__}"
+                )
             if len(caches) != len(self.blocks):
-                raise ValueError(f"TransformerLM: caches must be a list of {len(self.blocks)} LMCache (new_caches()), "
-                                 f"got {len(caches)}")
+                raise ValueError(
+                    f"TransformerLM: caches must be a list of {len(self.blocks)} LMCache (new_caches()), "
+                    f"got {len(caches)}"
+                )
         end = start + tokens.shape[1]
         if c.positions in ("sinusoidal", "learned") and end > c.max_len:
-            raise ValueError(f"TransformerLM: positions up to {end} exceed max_len {c.max_len} of the {c.positions} table")
+            raise ValueError(
+                f"TransformerLM: positions up to {end} exceed max_len {c.max_len} of the {c.positions} table"
+            )
         x = self.embedding(tokens) * math.sqrt(c.d_model)  # (B, N) -> (B, N, D)
         if c.positions in ("sinusoidal", "learned"):
             x = x + self.pe[start:end]  # + (N, D)
@@ -218,7 +230,10 @@ class TransformerLM(nn.Module):
 
 
 def sample_next(
-    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """One token per row from ``logits (B, V)``: ``softmax(logits / temperature)`` over the
@@ -245,8 +260,14 @@ def sample_next(
 
 @torch.no_grad()
 def generate(
-    model: TransformerLM, prompt: torch.Tensor, steps: int, *, temperature: float = 1.0,
-    top_k: int | None = None, generator: torch.Generator | None = None, use_cache: bool = True,
+    model: TransformerLM,
+    prompt: torch.Tensor,
+    steps: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
 ) -> torch.Tensor:
     """``steps`` tokens after ``prompt (B, P)``, each sampled by ``sample_next`` (chapter 8).
 

@@ -22,15 +22,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlab.attention.local import local_attention, window_to_dense
 from attnlab.attention.masking import masked_softmax
-from attnlab.attention.scoring import SCORES, make_score
+from attnlab.attention.scoring import make_score
 from attnlab.data.vocab import CharVocab
 from attnlab.validation import check_choice, check_int, check_ints, check_tensor
 
 __all__ = [
-    "AttentionDecoder",
-    "BahdanauDecoder",
     "CELLS",
     "CONTEXTS",
+    "AttentionDecoder",
+    "BahdanauDecoder",
     "Decoder",
     "Encoder",
     "EncoderOutput",
@@ -73,8 +73,13 @@ class Seq2SeqConfig:
     peeky: bool = False
 
     def __post_init__(self) -> None:
-        check_ints("Seq2SeqConfig", src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
-                   embed_dim=self.embed_dim, hidden_dim=self.hidden_dim)
+        check_ints(
+            "Seq2SeqConfig",
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            embed_dim=self.embed_dim,
+            hidden_dim=self.hidden_dim,
+        )
         if self.src_vocab_size < 4 or self.tgt_vocab_size < 4:
             raise ValueError("Seq2SeqConfig: a vocabulary needs the 3 special tokens and at least one character")
         check_choice("Seq2SeqConfig", "cell", self.cell, tuple(CELLS))
@@ -158,7 +163,7 @@ class Encoder(nn.Module):
         )
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
-        B, S = src.shape
+        _, S = src.shape  # (B, S)
         embedded = self.embedding(src)  # (B, S) -> (B, S, E)
         hs, state = _packed_rnn(self.rnn, embedded, src_lengths.to("cpu", torch.long))  # (B, S, D)
         h = state[0] if isinstance(state, tuple) else state  # (directions, B, D_h)
@@ -288,7 +293,8 @@ class LuongDecoder(AttentionDecoder):
 
     Args:
         config: the model's configuration (``peeky`` must be False).
-        score: a score name (``"general"`` by default; Luong et al.'s Table 4 has dot best for global attention, general for local).
+        score: a score name (``"general"`` by default; Luong et al.'s Table 4 has dot best for global
+            attention, general for local).
         attention_dim: hidden size of the additive and concat scores.
     """
 
@@ -372,7 +378,11 @@ class LuongLocalDecoder(LuongDecoder):
     MODES = ("local-m", "local-p")
 
     def __init__(
-        self, config: Seq2SeqConfig, mode: str = "local-p", window: int = 4, score: str | None = None,
+        self,
+        config: Seq2SeqConfig,
+        mode: str = "local-p",
+        window: int = 4,
+        score: str | None = None,
         attention_dim: int = 64,
     ):
         check_choice("LuongLocalDecoder", "mode", mode, self.MODES)
@@ -381,11 +391,17 @@ class LuongLocalDecoder(LuongDecoder):
         self.mode, self.window = mode, window
         self.predictor = PositionPredictor(config.hidden_dim, attention_dim) if mode == "local-p" else None
 
-    def init_state(self, memory: EncoderOutput) -> LocalState:
+    # This decoder's state is a LocalState (it also carries the step and the centres), not the
+    # recurrent state of the base classes' signatures: Seq2Seq hands back whatever init_state
+    # returned, and forward checks it, so the narrower types below are deliberate.
+    def init_state(self, memory: EncoderOutput) -> LocalState:  # type: ignore[override]
         return LocalState(super().init_state(memory), 0)
 
-    def forward(
-        self, tgt_in: torch.Tensor, state: LocalState, memory: EncoderOutput
+    def forward(  # type: ignore[override]
+        self,
+        tgt_in: torch.Tensor,
+        state: LocalState,  # type: ignore[override]
+        memory: EncoderOutput,
     ) -> tuple[torch.Tensor, LocalState, torch.Tensor]:
         if not isinstance(state, LocalState):
             raise TypeError(f"LuongLocalDecoder: state must come from init_state, got {type(state).__name__}")
@@ -393,13 +409,19 @@ class LuongLocalDecoder(LuongDecoder):
         h, rnn_state = self.rnn(x, state.rnn)  # (B, L, D_h)
         B, L = h.shape[:2]
         lengths = memory.mask.sum(dim=1)  # (B,)
-        if self.mode == "local-m":  # p_t = t, kept inside each source
+        if self.predictor is not None:  # local-p: the centres predicted
+            centres = self.predictor(h, lengths)  # (B, L)
+        else:  # local-m: p_t = t, kept inside each source
             t = torch.arange(state.step, state.step + L, device=h.device, dtype=h.dtype)
             centres = torch.minimum(t[None, :].expand(B, L), (lengths[:, None] - 1).to(h.dtype))
-        else:
-            centres = self.predictor(h, lengths)  # (B, L)
         context, window_weights, positions = local_attention(
-            self.score, h, memory.hs, memory.hs, centres, self.window, lengths=lengths,
+            self.score,
+            h,
+            memory.hs,
+            memory.hs,
+            centres,
+            self.window,
+            lengths=lengths,
             gaussian=self.mode == "local-p",
         )  # (B, L, D), (B, L, W), (B, L, W)
         attentional = torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # (B, L, D_h)

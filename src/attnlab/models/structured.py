@@ -14,7 +14,7 @@ words); token 0 is padding and gets no attention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -65,10 +65,10 @@ def hop_overlap(weights: torch.Tensor) -> torch.Tensor:
     return pairs.flatten(1)[:, off].mean(dim=-1)  # (B, r * r) -> (B, r (r - 1)) -> (B,)
 
 
-def _check_sizes(config: object) -> None:
+def _check_sizes(config: StructuredConfig | HierarchicalConfig) -> None:
     """Every field of a size dataclass must be a positive int."""
-    for name in config.__dataclass_fields__:
-        check_int(type(config).__name__, name, getattr(config, name))
+    for field in fields(config):
+        check_int(type(config).__name__, field.name, getattr(config, field.name))
 
 
 class StructuredSelfAttention(nn.Module):
@@ -114,8 +114,9 @@ class StructuredClassifier(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.embed_dim, padding_idx=0)
         self.rnn = nn.LSTM(c.embed_dim, c.hidden_dim, batch_first=True, bidirectional=True)
         self.attention = StructuredSelfAttention(2 * c.hidden_dim, c.attention_dim, c.hops)
-        self.mlp = nn.Sequential(nn.Linear(c.hops * 2 * c.hidden_dim, c.mlp_dim), nn.ReLU(),
-                                 nn.Linear(c.mlp_dim, c.num_classes))
+        self.mlp = nn.Sequential(
+            nn.Linear(c.hops * 2 * c.hidden_dim, c.mlp_dim), nn.ReLU(), nn.Linear(c.mlp_dim, c.num_classes)
+        )
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``tokens (B, n)`` -> ``logits (B, classes)``, hops ``A (B, r, n)``."""

@@ -55,13 +55,15 @@ class TaggerConfig:
 class SelfAttentionTagger(nn.Module):
     """Embedding + positions -> one multi-head self-attention layer -> per-token labels (chapter 5)."""
 
+    pe: torch.Tensor  # (max_len, embed_dim), a buffer
+
     def __init__(self, config: TaggerConfig):
         super().__init__()
         if not isinstance(config, TaggerConfig):
             raise TypeError(f"SelfAttentionTagger: config must be a TaggerConfig, got {type(config).__name__}")
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.learned = None
+        self.learned: LearnedPositionalEmbedding | None = None
         if config.positions == "learned":
             self.learned = LearnedPositionalEmbedding(config.max_len, config.embed_dim)
         self.register_buffer("pe", sinusoidal_encoding(config.max_len, config.embed_dim), persistent=False)
@@ -83,13 +85,11 @@ class SelfAttentionTagger(nn.Module):
         x = self.embedding(tokens)  # (B, N) -> (B, N, D)
         if c.positions == "sinusoidal":
             x = x + self.pe[: tokens.shape[1]]  # (B, N, D) + (N, D)
-        elif c.positions == "learned":
+        elif self.learned is not None:  # c.positions == "learned"
             x = self.learned(x)
         return x
 
-    def forward(
-        self, tokens: torch.Tensor, need_weights: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns ``(logits (B, N, num_outputs, num_classes), weights (B, H, N, N) or None)``."""
         c = self.config
         x = self.embed(tokens)  # (B, N, D)

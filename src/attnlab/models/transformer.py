@@ -21,8 +21,9 @@ Shapes: source tokens ``(B, S)``, target tokens ``(B, L)``, model size ``D = d_m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -48,7 +49,10 @@ __all__ = [
     "warmup_schedule",
 ]
 
-ACTIVATIONS = {"relu": nn.functional.relu, "gelu": nn.functional.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": nn.functional.relu,
+    "gelu": nn.functional.gelu,
+}
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class TokenEmbedding(nn.Module):
     have variance 1/2). Initialised N(0, 1) instead, the scaled tokens are ``sqrt(d_model)`` times
     larger than the positions and drown them.
     """
+
+    pe: torch.Tensor  # (max_len, D), a buffer
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.0):
         super().__init__()
@@ -238,7 +244,7 @@ class DecoderLayer(nn.Module):
             q = self.self_attn.project_q(h)  # (B, L, D) -> (B, H, L, E)
             k, v = self.self_attn.project_kv(h, h)  # (B, H, L, E) each
             if cache is not None:
-                if cache.self_k is not None:
+                if cache.self_k is not None and cache.self_v is not None:
                     k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, E) + (B, H, L, E) -> (B, H, t + L, E)
                     v = torch.cat([cache.self_v, v], dim=2)
                 cache.self_k, cache.self_v = k, v
@@ -247,7 +253,7 @@ class DecoderLayer(nn.Module):
 
         def cross_attend(h: torch.Tensor):
             q = self.cross_attn.project_q(h)  # (B, L, D) -> (B, H, L, E)
-            if cache is not None and cache.cross_k is not None:
+            if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
                 k, v = cache.cross_k, cache.cross_v  # the memory does not change while decoding
             else:
                 k, v = self.cross_attn.project_kv(memory, memory)  # (B, H, S, E) each
@@ -422,7 +428,8 @@ class Transformer(nn.Module):
             logits, dec_w = self.decode(new, memory, src_mask, caches, need_weights=True)
             token = logits[:, -1:].argmax(-1)  # (B, 1)
             prefix = torch.cat([prefix, token], dim=1)
-            yield token, (dec_w[-1][1][:, :, -1:].mean(1) if dec_w else memory.new_zeros(B, 1, src.shape[1]))
+            cross = dec_w[-1][1] if dec_w else None  # the last layer's (need_weights=True: never None)
+            yield token, (cross[:, :, -1:].mean(1) if cross is not None else memory.new_zeros(B, 1, src.shape[1]))
 
 
 def warmup_schedule(
@@ -456,7 +463,7 @@ def _copy_layer_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
     ours.bias.copy_(theirs.bias)
 
 
-def _copy_ff(ours: FeedForward, theirs: nn.Module) -> None:
+def _copy_ff(ours: FeedForward, theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer) -> None:
     for mine, other in ((ours.linear1, theirs.linear1), (ours.linear2, theirs.linear2)):
         mine.weight.copy_(other.weight)
         mine.bias.copy_(other.bias)
@@ -476,23 +483,32 @@ def copy_from_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> Tr
     """
     if not isinstance(ours, Transformer) or not isinstance(theirs, nn.Transformer):
         raise TypeError("copy_from_torch_transformer: expected (attnlab Transformer, torch.nn.Transformer)")
-    enc, dec = theirs.encoder.layers, theirs.decoder.layers
+    # A ModuleList's items are typed nn.Module: these are the layer classes the four stacks hold.
+    enc = cast("Sequence[nn.TransformerEncoderLayer]", theirs.encoder.layers)
+    dec = cast("Sequence[nn.TransformerDecoderLayer]", theirs.decoder.layers)
+    our_enc = cast("Sequence[EncoderLayer]", ours.encoder.layers)
+    our_dec = cast("Sequence[DecoderLayer]", ours.decoder.layers)
     mine = (len(ours.encoder.layers), len(ours.decoder.layers), ours.config.d_model, ours.config.norm_first)
     other = (len(enc), len(dec), theirs.d_model, enc[0].norm_first if len(enc) else dec[0].norm_first)
     if mine != other:
-        raise ValueError(f"copy_from_torch_transformer: (encoder layers, decoder layers, d_model, norm_first) differ: {mine} vs {other}")
+        raise ValueError(
+            "copy_from_torch_transformer: (encoder layers, decoder layers, d_model, norm_first) differ: "
+            f"{mine} vs {other}"
+        )
     if ours.encoder.norm is None or ours.decoder.norm is None:
-        raise ValueError("copy_from_torch_transformer: torch.nn.Transformer has final norms; build ours with final_norm=True")
-    for a, b in zip(ours.encoder.layers, enc):
+        raise ValueError(
+            "copy_from_torch_transformer: torch.nn.Transformer has final norms; build ours with final_norm=True"
+        )
+    for a, b in zip(our_enc, enc, strict=True):
         copy_from_torch(a.self_attn, b.self_attn)
         _copy_ff(a.ff, b)
         _copy_layer_norm(a.norm1, b.norm1)
         _copy_layer_norm(a.norm2, b.norm2)
-    for a, b in zip(ours.decoder.layers, dec):
-        copy_from_torch(a.self_attn, b.self_attn)
-        copy_from_torch(a.cross_attn, b.multihead_attn)
-        _copy_ff(a.ff, b)
-        for mine_norm, their_norm in ((a.norm1, b.norm1), (a.norm2, b.norm2), (a.norm3, b.norm3)):
+    for c, d in zip(our_dec, dec, strict=True):
+        copy_from_torch(c.self_attn, d.self_attn)
+        copy_from_torch(c.cross_attn, d.multihead_attn)
+        _copy_ff(c.ff, d)
+        for mine_norm, their_norm in ((c.norm1, d.norm1), (c.norm2, d.norm2), (c.norm3, d.norm3)):
             _copy_layer_norm(mine_norm, their_norm)
     _copy_layer_norm(ours.encoder.norm, theirs.encoder.norm)
     _copy_layer_norm(ours.decoder.norm, theirs.decoder.norm)
