@@ -25,8 +25,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved(ours: Callable[[], object], theirs: Callable[[], object], *, device: torch.device,
-                repeats: int = 9, warmup: int = 2) -> dict:
+def interleaved(
+    ours: Callable[[], object], theirs: Callable[[], object], *, device: torch.device, repeats: int = 9, warmup: int = 2
+) -> dict:
     """Time both functions alternately; return medians and the ratio's median and range."""
     for _ in range(warmup):
         ours()
@@ -42,7 +43,7 @@ def interleaved(ours: Callable[[], object], theirs: Callable[[], object], *, dev
             fn()
             sync(device)
             times.append(time.perf_counter() - start)
-    ratios = [a / b for a, b in zip(t_ours, t_theirs)]
+    ratios = [a / b for a, b in zip(t_ours, t_theirs, strict=True)]
     return {
         "ours_ms": 1000 * statistics.median(t_ours),
         "theirs_ms": 1000 * statistics.median(t_theirs),

@@ -1,11 +1,8 @@
-"""Benchmarks 5 and 6: how long each chapter takes to execute, as the test suite runs it, and
-the training times it prints.
+"""Benchmark 5: how long each chapter takes to execute.
 
 Every notebook in ``chapters/`` is executed top to bottom in a fresh kernel (as nbval does,
 from the ``chapters/`` folder), without writing anything back; the wall time of each is
-reported against the budget of 3 minutes on 2 CPU cores, and every "trained in X s" line the
-chapter prints is recorded (``printed_times``), so that the test suite can check the times in
-the committed chapters against a run of the benchmarks. Run the benchmarks on a quiet
+reported against the budget of 3 minutes on 2 CPU cores. Run the benchmarks on a quiet
 machine: a second busy process on 2 cores slows the chapters' many small operations by far
 more than 2x. Run: ``python benchmarks/bench_chapters.py [--quick]``.
 """
@@ -18,10 +15,8 @@ from pathlib import Path
 
 import nbformat
 import torch
-from nbclient import NotebookClient
-
 from _common import save, verdict
-from printed_times import printed_times
+from nbclient import NotebookClient
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 TARGET = 180.0
@@ -36,15 +31,29 @@ def main(quick: bool = False, only: list[str] | None = None) -> list[dict]:
         notebooks = [p for p in notebooks if p.stem in only]
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=900, kernel_name="python3",
-                                resources={"metadata": {"path": str(CHAPTERS)}})
+        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}})
         start = time.perf_counter()
         client.execute()
         seconds = time.perf_counter() - start
-        title = next((line.lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown"
-                      for line in c.source.splitlines() if line.startswith("# ")), path.stem)
-        rows.append({"chapter": path.stem, "title": title, "seconds": seconds, "target": TARGET,
-                     "verdict": verdict(seconds, TARGET), "printed": printed_times(nb)})
+        title = next(
+            (
+                line.lstrip("# ").strip()
+                for c in nb.cells
+                if c.cell_type == "markdown"
+                for line in c.source.splitlines()
+                if line.startswith("# ")
+            ),
+            path.stem,
+        )
+        rows.append(
+            {
+                "chapter": path.stem,
+                "title": title,
+                "seconds": seconds,
+                "target": TARGET,
+                "verdict": verdict(seconds, TARGET),
+            }
+        )
         print(f"{path.stem:22} {seconds:7.1f} s  {rows[-1]['verdict']}", flush=True)
     save("chapters" + ("-quick" if quick else ""), rows, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     return rows

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 import torch
+from _common import interleaved, save, verdict
 from torch import nn
 
-from _common import interleaved, save, verdict
 from attnlab.attention import MultiHeadAttention, copy_from_torch
 
 TARGET_TORCH, TARGET_NAIVE = 0.90, 2.0
@@ -37,16 +37,34 @@ def main(quick: bool = False) -> list[dict]:
         naive = copy_from_torch(MultiHeadAttention(256, 8, backend="naive"), theirs).to(device)
         x = torch.randn(batch, n, 256, device=device)
         r = interleaved(_step(fast, x, True), _step(theirs, x, False), device=device, repeats=3 if quick else 9)
-        rows.append({"n": n, "compare": "fast / torch.nn.MultiheadAttention", **r, "target": TARGET_TORCH,
-                     "verdict": verdict(r["ratio"], TARGET_TORCH)})
-        print(f"n={n:4} fast vs torch: {r['ours_ms']:8.2f} / {r['theirs_ms']:8.2f} ms  ratio {r['ratio']:.3f} "
-              f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}")
+        rows.append(
+            {
+                "n": n,
+                "compare": "fast / torch.nn.MultiheadAttention",
+                **r,
+                "target": TARGET_TORCH,
+                "verdict": verdict(r["ratio"], TARGET_TORCH),
+            }
+        )
+        print(
+            f"n={n:4} fast vs torch: {r['ours_ms']:8.2f} / {r['theirs_ms']:8.2f} ms  ratio {r['ratio']:.3f} "
+            f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}"
+        )
         if n == 256:
             r = interleaved(_step(naive, x, True), _step(fast, x, True), device=device, repeats=3 if quick else 9)
-            rows.append({"n": n, "compare": "naive / fast", **r, "target": TARGET_NAIVE,
-                         "verdict": verdict(r["ratio"], TARGET_NAIVE)})
-            print(f"n={n:4} naive vs fast:  {r['ours_ms']:8.2f} / {r['theirs_ms']:8.2f} ms  ratio {r['ratio']:.3f} "
-                  f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}")
+            rows.append(
+                {
+                    "n": n,
+                    "compare": "naive / fast",
+                    **r,
+                    "target": TARGET_NAIVE,
+                    "verdict": verdict(r["ratio"], TARGET_NAIVE),
+                }
+            )
+            print(
+                f"n={n:4} naive vs fast:  {r['ours_ms']:8.2f} / {r['theirs_ms']:8.2f} ms  ratio {r['ratio']:.3f} "
+                f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {rows[-1]['verdict']}"
+            )
     save("mha" + ("-quick" if quick else ""), rows, device)
     return rows
 

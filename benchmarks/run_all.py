@@ -7,7 +7,6 @@ the median ratio and its range; this collects them into one table with the machi
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -15,124 +14,140 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_blockwise  # noqa: E402
-import bench_chapters  # noqa: E402
-import bench_mha  # noqa: E402
-import bench_sdpa  # noqa: E402
-import bench_training  # noqa: E402
-from _common import machine  # noqa: E402
+import bench_blockwise
+import bench_chapters
+import bench_mha
+import bench_sdpa
+import bench_training
+from _common import machine
 
 
 def _ratio(row: dict) -> str:
     return f"{row['ratio']:.2f} [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]"
 
 
-CHAPTERS_TITLE = "5. Executing each chapter in a fresh kernel, as the tests do"
-PRINTED_TITLE = "6. Training times the chapters print, from the executions of section 5"
+RESULTS = Path(__file__).resolve().parent / "results.md"
+CHAPTERS_TITLE = "5. Executing each chapter in a fresh kernel"
 # Section 3's causal row: causal blockwise attention against the fused kernel without a mask.
 CAUSAL_LABEL = "causal forward (fused: no mask)"
-CAUSAL_NOTE = ("The causal row times causal blockwise attention, which skips the blocks above the diagonal, "
-               "against the fused kernel *without* a mask: it measures what skipping saves, not a race "
-               "between two causal kernels.")
+CAUSAL_NOTE = (
+    "The causal row times causal blockwise attention, which skips the blocks above the diagonal, "
+    "against the fused kernel *without* a mask: it measures what skipping saves, not a race "
+    "between two causal kernels."
+)
 
 
-def retime_chapters(names: list[str], out: Path = Path(__file__).resolve().parent / "results.md") -> None:
-    """Time only the chapters ``names`` again and replace their rows in sections 5 and 6 of an
-    existing ``results.md`` (after a change to those chapters alone), saying so under section 5.
-    Every other row, and the machine line, are kept: run it on the machine that wrote them."""
+def retime_chapters(names: list[str], out: Path = RESULTS) -> None:
+    """Time only the chapters ``names`` again and replace their rows in section 5 of an existing
+    ``results.md`` (after a change to those chapters alone). Every other row, and the machine
+    line, are kept: run it on the machine that wrote them."""
     torch.set_num_threads(2)
-    rows = bench_chapters.main(only=names)
-    timed = {r["chapter"] for r in rows}
-    missing = sorted(set(names) - timed)
+    rows = {r["chapter"]: r for r in bench_chapters.main(only=names)}
+    missing = sorted(set(names) - set(rows))
     if missing:
         raise SystemExit(f"no such chapter: {', '.join(missing)}")
-    text = out.read_text(encoding="utf-8").splitlines()
 
     def chapter_row(r: dict) -> str:
         return f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
 
-    retimed = set(timed)  # with those an earlier re-timing named (its line is replaced)
-    for line in text:
-        if line.startswith("(Re-timed alone"):
-            retimed |= set(re.findall(r"`([^`]+)`", line))
-    text = [line for i, line in enumerate(text) if not line.startswith("(Re-timed alone")
-            and not (i > 0 and text[i - 1].startswith("(Re-timed alone") and not line)]
-    result, section, chapter_rows = [], None, []
-    for line in text:
+    result, section, chapter_rows = [], None, {}
+    for line in out.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
             section = line[3:]
-        mine = line.startswith("| `") and line.split("`")[1] in timed
         if section == CHAPTERS_TITLE and line.startswith("| `"):  # collected, written back in order below
             name = line.split("`")[1]
-            chapter_rows.append((name, chapter_row(next(r for r in rows if r["chapter"] == name)) if mine else line))
+            chapter_rows[name] = chapter_row(rows[name]) if name in rows else line
             continue
         if section == CHAPTERS_TITLE and chapter_rows and not line.startswith("|"):  # the end of the table
-            listed = {name for name, _ in chapter_rows}
-            chapter_rows += [(r["chapter"], chapter_row(r)) for r in rows if r["chapter"] not in listed]  # new chapters
-            result += [row for _, row in sorted(chapter_rows)]
-            chapter_rows = []
-        if section == PRINTED_TITLE and mine:
-            continue  # rewritten below
-        elif section == PRINTED_TITLE and line.startswith("|---"):
-            result.append(line)
-            result += [f"| `{r['chapter']}` | {key} | {seconds:.1f} |" for r in rows for key, seconds in r["printed"].items()]
-            continue
+            chapter_rows.update({n: chapter_row(r) for n, r in rows.items() if n not in chapter_rows})
+            result += [chapter_rows[n] for n in sorted(chapter_rows)]
+            chapter_rows = {}
         result.append(line)
-        if line == f"## {CHAPTERS_TITLE}":
-            result += ["", f"(Re-timed alone, after the rest of this run: {', '.join(f'`{n}`' for n in sorted(retimed))}.)"]
+    if chapter_rows:  # the table ended the file
+        chapter_rows.update({n: chapter_row(r) for n, r in rows.items() if n not in chapter_rows})
+        result += [chapter_rows[n] for n in sorted(chapter_rows)]
     out.write_text("\n".join(result) + "\n")
-    print(f"updated {out} for {sorted(timed)}")
+    print(f"updated {out} for {sorted(rows)}")
 
 
-def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md") -> None:
+def main(quick: bool, out: Path = RESULTS) -> None:
     torch.set_num_threads(2)
     sections = []
     rows = bench_sdpa.main(quick)
     lines = ["| n | pass | ours (ms) | torch (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['n']} | {r['mode']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
-              f"<= {r['target']} | {r['verdict']} |" for r in rows]
-    sections.append(("1. `scaled_dot_product_attention(backend=\"fast\")` / PyTorch's (B=1, H=8, E=64)", lines))
+    lines += [
+        f"| {r['n']} | {r['mode']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+        f"<= {r['target']} | {r['verdict']} |"
+        for r in rows
+    ]
+    sections.append(('1. `scaled_dot_product_attention(backend="fast")` / PyTorch\'s (B=1, H=8, E=64)', lines))
     rows = bench_mha.main(quick)
-    lines = ["| n | comparison | ours (ms) | reference (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['n']} | {r['compare']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
-              f"<= {r['target']} | {r['verdict']} |" for r in rows]
+    lines = [
+        "| n | comparison | ours (ms) | reference (ms) | ratio [range] | target | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['n']} | {r['compare']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} | "
+        f"<= {r['target']} | {r['verdict']} |"
+        for r in rows
+    ]
     sections.append(("2. `MultiHeadAttention`, training step (batch 64, embed 256, 8 heads)", lines))
     rows = bench_blockwise.main(quick)
     timed = [r for r in rows if "ratio" in r]
     lines = ["| n | pass | blockwise (ms) | fused (ms) | ratio [range] | target | |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['n']} | {CAUSAL_LABEL if r['mode'] == 'causal forward' else r['mode']} | {r['ours_ms']:.2f} | "
-              f"{r['theirs_ms']:.2f} | {_ratio(r)} | <= {r['target']} | {r['verdict']} |" for r in timed]
+    lines += [
+        f"| {r['n']} | {CAUSAL_LABEL if r['mode'] == 'causal forward' else r['mode']} | {r['ours_ms']:.2f} | "
+        f"{r['theirs_ms']:.2f} | {_ratio(r)} | <= {r['target']} | {r['verdict']} |"
+        for r in timed
+    ]
     if any(r["mode"] == "causal forward" for r in timed):
         lines += ["", CAUSAL_NOTE]
     lines += ["", "| n | MB allocated at the peak, forward+backward (block 64) |", "|---|---|"]
     lines += [f"| {r['n']} | {r['extra_mb']:.1f} |" for r in rows if "extra_mb" in r]
     sections.append(("3. `blockwise_attention` / PyTorch's fused kernel (B=1, H=8, E=64, block 256)", lines))
     rows = bench_training.main(quick)
-    lines = [f"| model | parameters | seconds of training to 99.5% | steps | epochs | exact match, "
-             f"{bench_training.held_out(quick)} | target | |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| model | parameters | seconds of training to 99.5% | steps | epochs | exact match, "
+        f"{bench_training.held_out(quick)} | target | |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         target = f"<= {r['target']:.0f} s" if r["target"] else ""
         if r["seconds"] is None:
-            lines.append(f"| {r['model']} | {r['parameters']:,} | not reached in {r['steps_run']} steps | | | "
-                         f"{r['final_exact']:.4f} | {target} | {r['verdict']} |")
+            lines.append(
+                f"| {r['model']} | {r['parameters']:,} | not reached in {r['steps_run']} steps | | | "
+                f"{r['final_exact']:.4f} | {target} | {r['verdict']} |"
+            )
         else:
-            lines.append(f"| {r['model']} | {r['parameters']:,} | {r['seconds']:.1f} | {r['steps']} | "
-                         f"{r['epochs']:.2f} | {r['exact']:.4f} | {target} | {r['verdict']} |")
-    sections.append(("4. Training time to 99.5% held-out exact match on dates (batch 128, evaluated every "
-                     f"{bench_training.every(quick)} steps on {bench_training.held_out(quick)} unseen dates)", lines))
+            lines.append(
+                f"| {r['model']} | {r['parameters']:,} | {r['seconds']:.1f} | {r['steps']} | "
+                f"{r['epochs']:.2f} | {r['exact']:.4f} | {target} | {r['verdict']} |"
+            )
+    sections.append(
+        (
+            "4. Training time to 99.5% held-out exact match on dates (batch 128, evaluated every "
+            f"{bench_training.every(quick)} steps on {bench_training.held_out(quick)} unseen dates)",
+            lines,
+        )
+    )
     rows = bench_chapters.main(quick)
     lines = ["| chapter | title | seconds | target | |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
-              for r in rows]
+    lines += [
+        f"| `{r['chapter']}` | {r['title']} | {r['seconds']:.0f} | <= {r['target']:.0f} | {r['verdict']} |"
+        for r in rows
+    ]
     sections.append((CHAPTERS_TITLE, lines))
-    lines = ["| chapter | printed line (its time as #) | seconds |", "|---|---|---|"]
-    lines += [f"| `{r['chapter']}` | {key} | {seconds:.1f} |" for r in rows for key, seconds in r["printed"].items()]
-    sections.append((PRINTED_TITLE, lines))
     m = machine()
-    text = ["# Benchmarks", "", "<!-- the book's Performance appendix includes everything below this line -->", "",
-            f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
-            f"device {m['device']}." + (" Quick run (smaller sizes, 3 repeats)." if quick else ""),
-            "Ratios are ours / PyTorch's, the median over interleaved repeats, with their range.", ""]
+    text = [
+        "# Benchmarks",
+        "",
+        "<!-- the book's Performance appendix includes everything below this line -->",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} PyTorch threads, torch {m['torch']}, "
+        f"device {m['device']}." + (" Quick run (smaller sizes, 3 repeats)." if quick else ""),
+        "Ratios are ours / PyTorch's, the median over interleaved repeats, with their range.",
+        "",
+    ]
     for title, lines in sections:
         text += [f"## {title}", "", *lines, ""]
     out.write_text("\n".join(text))
@@ -142,10 +157,18 @@ def main(quick: bool, out: Path = Path(__file__).resolve().parent / "results.md"
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke test)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results.md",
-                        help="where to write the markdown (default: benchmarks/results.md)")
-    parser.add_argument("--chapters", nargs="+", metavar="NAME",
-                        help="only re-time these chapters (file stems) and update their rows in --out")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="where to write the markdown (default: benchmarks/results.md)",
+    )
+    parser.add_argument(
+        "--chapters",
+        nargs="+",
+        metavar="NAME",
+        help="only re-time these chapters (file stems) and update their rows in --out",
+    )
     args = parser.parse_args()
     if args.chapters:
         retime_chapters(args.chapters, args.out)

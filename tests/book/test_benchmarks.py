@@ -12,18 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results.md"
 MARKER = "<!-- the book's Performance appendix includes everything below this line -->"
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from printed_times import TOLERANCE, printed_times  # noqa: E402
 SECTIONS = ["1. `scaled_dot_product_attention", "2. `MultiHeadAttention`", "3. `blockwise_attention`",
             "4. Training time to 99.5%", "5. Executing each chapter"]
 VERDICTS = ("meets", "MISSES", "MISSES (never reached)", "for comparison")
-PRINTED = "6. Training times the chapters print"
 
 
 def _sections(text: str, level: str = "## ") -> dict[str, list[list[str]]]:
@@ -53,8 +50,6 @@ def _check_table(text: str) -> dict[str, list[list[str]]]:
         timed = [r for r in tables[title] if len(r) > 2 and "MB" not in title]
         assert timed, f"section {prefix!r} has no rows"
     for title, rows in tables.items():
-        if title.startswith(PRINTED):
-            continue  # seconds the chapters printed: no target, no verdict
         for row in rows:
             if len(row) > 2:  # the memory table has two columns and no verdict
                 assert row[-1] in VERDICTS, f"row without a verdict in {title!r}: {row}"
@@ -67,64 +62,6 @@ def test_committed_table_is_complete_and_covers_every_chapter():
     listed = {row[0].strip("`") for row in chapters}
     on_disk = {p.stem for p in (ROOT / "chapters").glob("*.ipynb")}
     assert listed == on_disk, f"rerun `make bench`: chapters timed {sorted(listed)}, on disk {sorted(on_disk)}"
-
-
-def _printed_in_table(text: str) -> dict[tuple[str, str], float]:
-    tables = _sections(text)
-    rows = next((rows for t, rows in tables.items() if t.startswith(PRINTED)), None)
-    assert rows is not None, f"section {PRINTED!r} missing from the benchmark table: rerun `make bench`"
-    return {(r[0].strip("`"), r[1]): float(r[2]) for r in rows}
-
-
-def _timing_disagreements(table: dict[tuple[str, str], float], chapters: dict[str, dict[str, float]]) -> list[str]:
-    """Every time a chapter prints must have a row in the table and agree with it within TOLERANCE."""
-    problems = []
-    for chapter, printed in chapters.items():
-        for key, seconds in printed.items():
-            bench = table.get((chapter, key))
-            if bench is None:
-                problems.append(f"{chapter}: {key!r} ({seconds} s) is not in the benchmark table: rerun `make bench`")
-            elif not 1 / TOLERANCE <= seconds / bench <= TOLERANCE:
-                problems.append(f"{chapter}: {key!r} printed {seconds} s, the benchmark run took {bench} s "
-                                f"(ratio {seconds / bench:.2f}; allowed 1/{TOLERANCE} to {TOLERANCE}): were the "
-                                "chapters executed on a loaded machine? rerun `make execute` alone, then `make bench`")
-    return problems
-
-
-def _committed_printed_times() -> dict[str, dict[str, float]]:
-    return {p.stem: printed_times(nbformat.read(p, as_version=4)) for p in sorted((ROOT / "chapters").glob("*.ipynb"))}
-
-
-def test_printed_training_times_agree_with_the_benchmark_run():
-    """The training times the chapters publish come from a quiet machine (issue 19): each agrees
-    with the same run in the benchmark table within a factor that a loaded machine breaks."""
-    chapters = _committed_printed_times()
-    assert sum(len(v) for v in chapters.values()) >= 10, "the chapters print fewer training times than expected"
-    problems = _timing_disagreements(_printed_in_table(RESULTS.read_text(encoding="utf-8")), chapters)
-    assert not problems, "\n".join(problems)
-
-
-def test_the_timing_check_catches_a_loaded_run_and_a_missing_row():
-    chapters = _committed_printed_times()
-    table = _printed_in_table(RESULTS.read_text(encoding="utf-8"))
-    chapter, printed = next((c, p) for c, p in chapters.items() if p)
-    key = next(iter(printed))
-    worse = TOLERANCE**2 * 1.01  # beyond the bound whatever the ratio was
-    slow = {c: {k: (v * worse if (c, k) == (chapter, key) else v) for k, v in p.items()} for c, p in chapters.items()}
-    assert any("loaded machine" in p for p in _timing_disagreements(table, slow))
-    missing = dict(table)
-    del missing[chapter, key]
-    assert any("not in the benchmark table" in p for p in _timing_disagreements(missing, chapters))
-
-
-def test_printed_times_reads_every_trained_in_line():
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[
-        nbformat.v4.new_output("stream", name="stdout", text="dot  trained in 14.7 s\nother line\n"),
-        nbformat.v4.new_output("stream", name="stderr", text="x trained in 9.0 s\n"),  # progress bars: not read
-        nbformat.v4.new_output("stream", name="stdout", text="dot  trained in 15.0 s\nsoft: trained in 91.9 s; exact 0.9\n"),
-    ])])
-    assert printed_times(nb) == {"dot  trained in # s": 14.7, "dot  trained in # s [2]": 15.0,
-                                 "soft: trained in # s; exact 0.9": 91.9}
 
 
 def _layer_norm_rows(text: str) -> dict[str, list[int | None]]:
