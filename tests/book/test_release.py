@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
+import datetime
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -83,7 +86,9 @@ def test_an_assignment_installs_this_release_on_colab(path):
     """A student's notebook on Colab installs the release the book was tested with, not the moving head."""
     setup = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code").source
     installs = [line for line in setup.splitlines() if "pip install" in line]
-    assert installs == [ASSIGNMENT_INSTALL], f"{path.name}: the install line must be\n{ASSIGNMENT_INSTALL}\nfound {installs}"
+    assert installs == [ASSIGNMENT_INSTALL], (
+        f"{path.name}: the install line must be\n{ASSIGNMENT_INSTALL}\nfound {installs}"
+    )
 
 
 @pytest.mark.parametrize("name", ["book/how-to-use.md", "CONTRIBUTING.md"])
@@ -129,3 +134,50 @@ def test_contributing_explains_the_release():
     section = guide.split("## Releases and publishing", 1)[1].split("\n## ", 1)[0]
     for needed in ("pyproject.toml", "v<version>", "_config.yml", "git tag", "make test", "CHANGELOG.md"):
         assert needed in section, f"CONTRIBUTING.md's release section does not mention {needed!r}"
+
+
+# --- the version in one place: scripts/bump_version.py rewrites every copy of the tag ----------
+sys.path.insert(0, str(ROOT / "scripts"))
+import bump_version  # noqa: E402
+
+
+def _names_the_tag(text: str, version: str = VERSION) -> bool:
+    return re.search(rf"(?<![\w.])v{re.escape(version)}(?![\w.]*\d)", text) is not None
+
+
+def test_every_file_that_names_the_tag_is_bumped():
+    """A file that names the release tag is one that bump_version.py rewrites (CHANGELOG aside)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    naming = set()
+    for name in tracked.stdout.splitlines():
+        path = ROOT / name
+        text_file = path.suffix in {".md", ".ipynb", ".yml", ".yaml", ".toml", ".py", ".txt", ".cfg"}
+        if text_file and path.is_file() and _names_the_tag(path.read_text(encoding="utf-8", errors="replace")):
+            naming.add(path)
+    missing = naming - set(bump_version.tagged_files()) - {ROOT / "CHANGELOG.md"}
+    assert not missing, f"these files name {TAG} but scripts/bump_version.py does not rewrite them: {sorted(missing)}"
+
+
+def test_bump_version_rewrites_every_copy(tmp_path):
+    """Bumped on a copy of the tree, no copy of the old tag is left and the new one is everywhere."""
+    for path in [ROOT / "pyproject.toml", ROOT / "CHANGELOG.md", *bump_version.tagged_files()]:
+        target = tmp_path / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    changed = bump_version.bump("9.9.9", tmp_path, today=datetime.date(2030, 1, 2))
+    assert bump_version.current_version(tmp_path) == "9.9.9"
+    assert len(changed) == 2 + len(bump_version.tagged_files(tmp_path))
+    for path in bump_version.tagged_files(tmp_path):
+        text = path.read_text(encoding="utf-8")
+        assert not _names_the_tag(text) and _names_the_tag(text, "9.9.9"), path
+    for path in (tmp_path / "chapters").glob("*.ipynb"):
+        setup = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code").source
+        assert INSTALL_LINE.replace(TAG, "v9.9.9") in setup.splitlines(), path.name
+    assert "## [Unreleased]\n\n## [9.9.9] - 2030-01-02\n" in (tmp_path / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("bad", ["1.2", "v1.2.3", VERSION, 3])
+def test_bump_version_refuses_a_bad_version(bad, tmp_path):
+    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    with pytest.raises(ValueError, match="bump"):
+        bump_version.bump(bad, tmp_path, dry_run=True)
