@@ -26,7 +26,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all install book book-student vendor test lint unit chapters site grading times screenshots test-gpu \
+.PHONY: lock all install book book-student vendor test lint unit chapters site grading times screenshots test-gpu \
 	gpu-wheels execute browser clean distclean bench assignments
 
 all: book
@@ -44,6 +44,13 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 install: $(STAMP)
+
+# requirements.txt from pyproject.toml's dev extra (PyPI's metadata; the pins already there are
+# kept unless a requirement changed: add --upgrade-package NAME to move one).
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 \
+		--python-platform x86_64-unknown-linux-gnu --no-annotate --custom-compile-command "make lock" \
+		-o requirements.txt
 
 $(NODE_STAMP): package.json package-lock.json
 	@command -v npm >/dev/null || { echo "make: npm not found; install Node.js (needed to build the website)"; exit 1; }
@@ -82,7 +89,7 @@ execute: $(STAMP)
 # --- tests ----------------------------------------------------------------------------------
 # Every check, each target runnable on its own, in this order; -k: a failing one stops none of the
 # others. Then where the time went (scripts/junit_times.py over the runs' JUnit files).
-JUNIT := $(addprefix _build/test-results-,unit.xml chapters.xml alone.xml site.xml grading.xml)
+JUNIT := $(addprefix _build/test-results-,unit.xml chapters.xml site.xml grading.xml)
 test:
 	@rm -f $(JUNIT)
 	$(MAKE) --no-print-directory -k -j1 lint unit chapters site grading; status=$$?; \
@@ -107,19 +114,13 @@ unit: $(STAMP)
 
 # nbval in the mode scripts/nbval_mode.py picks (strict where the outputs were recorded, portable
 # elsewhere), two chapters at a time; OMP_WAIT_POLICY=PASSIVE keeps one chapter's waiting OpenMP
-# threads off the core the other needs (the digits do not change). ALONE: chapters that time small
-# operations and assert on it, run last, one at a time, with the default policy (chapter 7's 3x).
-ALONE := chapters/07_complexity.ipynb
+# threads off the core the other needs (the digits do not change).
 # $$flag: --nbval or --nbval-lax, which the recipe sets
 NBVAL = $$flag --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(NO_HYPOTHESIS)
 chapters: $(STAMP)
 	@flag=$$($(PY) scripts/nbval_mode.py mode $(CHAPTERS)) || exit 1; \
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters $(addprefix --ignore=,$(ALONE)) -n 2 --dist loadfile $(NBVAL) \
-		--junitxml=_build/test-results-chapters.xml; \
-	status=$$?; \
-	$(PY) -m pytest $(ALONE) $(NBVAL) --junitxml=_build/test-results-alone.xml; \
-	alone=$$?; $(PY) scripts/nbval_mode.py mode $(CHAPTERS) >/dev/null; \
-	[ $$status -eq 0 ] || exit $$status; exit $$alone
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest chapters -n 2 --dist loadfile $(NBVAL) \
+		--junitxml=_build/test-results-chapters.xml
 
 # Both editions, side by side (Sphinx uses one core each), then their checks three at a time (each
 # worker drives its own Chromium; --dist loadgroup keeps a page's checks on one worker).
