@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results.md"
 MARKER = "<!-- the book's Performance appendix includes everything below this line -->"
 sys.path.insert(0, str(ROOT / "benchmarks"))
-SECTIONS = ["1. `scaled_dot_product_attention", "2. `MultiHeadAttention`", "3. `blockwise_attention`",
-            "4. Training time to 99.5%", "5. Executing each chapter"]
+SECTIONS = [
+    "1. `scaled_dot_product_attention",
+    "2. `MultiHeadAttention`",
+    "3. `blockwise_attention`",
+    "4. Training time to 99.5%",
+    "5. Executing each chapter",
+]
 VERDICTS = ("meets", "MISSES", "MISSES (never reached)", "for comparison")
 
 
@@ -29,7 +34,7 @@ def _sections(text: str, level: str = "## ") -> dict[str, list[list[str]]]:
     title, in_table = None, False
     for line in text.splitlines():
         if line.startswith(level):
-            title, in_table = line[len(level):], False
+            title, in_table = line[len(level) :], False
             tables[title] = []
         elif title and line.startswith("|"):
             if in_table and not re.match(r"^\|\s*-", line):  # the first row of a table is its header
@@ -100,7 +105,7 @@ def test_chapter_6s_long_runs_of_both_orders_are_as_it_says():
 
 def test_the_layer_norm_check_catches_a_failed_seed_and_a_gap():
     steps = _layer_norm_rows(RESULTS.read_text(encoding="utf-8"))
-    failed = {o: ([None] + r[1:] if o == "pre-LN" else r) for o, r in steps.items()}
+    failed = {o: ([None, *r[1:]] if o == "pre-LN" else r) for o, r in steps.items()}
     assert any("did not reach" in p for p in _layer_norm_claim(failed))
     slow = {o: ([2 * x for x in r] if o == "pre-LN" else r) for o, r in steps.items()}
     assert any("not 'about the same'" in p for p in _layer_norm_claim(slow))
@@ -109,14 +114,19 @@ def test_the_layer_norm_check_catches_a_failed_seed_and_a_gap():
 def test_performance_page_includes_the_table():
     page = (ROOT / "book" / "performance.md").read_text(encoding="utf-8")
     assert "{include} ../benchmarks/results.md" in page
-    assert f":start-after: \"{MARKER}\"" in page
+    assert f':start-after: "{MARKER}"' in page
     assert "book/performance" in (ROOT / "_toc.yml").read_text(encoding="utf-8")
 
 
 def test_quick_run_of_every_script_writes_the_table(tmp_path):
     out = tmp_path / "results.md"
-    done = subprocess.run([sys.executable, "run_all.py", "--quick", "--out", str(out)], cwd=ROOT / "benchmarks",
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "run_all.py", "--quick", "--out", str(out)],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     tables = _check_table(out.read_text(encoding="utf-8"))
     training = next(rows for t, rows in tables.items() if t.startswith(SECTIONS[3]))
@@ -189,14 +199,25 @@ def test_performance_page_includes_the_gpu_results():
     assert "{include} ../benchmarks/results-gpu.md" in page
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.replace("| float16 | 16384 | forward |", "| float16 | 8192 | forward |", 1), "blockwise rows missing"),
-    (lambda t: re.sub(r"tests: (\d+ failed, )?(\d+) passed", r"tests: 3 failed, \2 passed", t, count=1),
-     "but 1 are listed"),
-    (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|\n", "", t), "GPU time is missing"),
-    (lambda t: re.sub(r"^GPU: [^,]+", "GPU: cpu", t), "not named"),
-    (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|", "| 05_self_attention.ipynb | fast |", t), "not a GPU time"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda t: t.replace("| float16 | 16384 | forward |", "| float16 | 8192 | forward |", 1),
+            "blockwise rows missing",
+        ),
+        (
+            lambda t: re.sub(r"tests: (\d+ failed, )?(\d+) passed", r"tests: 3 failed, \2 passed", t, count=1),
+            "but 1 are listed",
+        ),
+        (lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|\n", "", t), "GPU time is missing"),
+        (lambda t: re.sub(r"^GPU: [^,]+", "GPU: cpu", t), "not named"),
+        (
+            lambda t: re.sub(r"\| 05_self_attention.ipynb \| \d+ \|", "| 05_self_attention.ipynb | fast |", t),
+            "not a GPU time",
+        ),
+    ],
+)
 def test_the_gpu_check_catches(change, message):
     text = change(GPU_RESULTS.read_text(encoding="utf-8"))
     with pytest.raises(AssertionError, match=message):
@@ -228,8 +249,10 @@ def test_the_junit_summary_adds_up_each_folder(tmp_path):
     # two runs (make test runs the site's checks with two workers, then the rest): their tests are
     # added up, and each run's own wall-clock time is listed
     site = tmp_path / "site.xml"
-    site.write_text('<testsuites><testsuite name="pytest" time="3.2">'
-                    '<testcase classname="tests.site.test_figures" name="d" time="6.0"/></testsuite></testsuites>')
+    site.write_text(
+        '<testsuites><testsuite name="pytest" time="3.2">'
+        '<testcase classname="tests.site.test_figures" name="d" time="6.0"/></testsuite></testsuites>'
+    )
     both = summarise(str(site), str(xml), folders=True)
     assert "tests: 1 failed, 4 passed, 1 skipped" in both and "| tests/site | 10 |" in both
     assert f"| {site} | 1 | 3 |" in both and f"| {xml} | 5 | 0 |" in both
@@ -238,4 +261,5 @@ def test_the_junit_summary_adds_up_each_folder(tmp_path):
     timed = tmp_path / "timed.xml"
     timed.write_text(xml.read_text().replace('<testsuite name="pytest">', '<testsuite name="pytest" time="46">'))
     assert "| the tests outside the chapters (each run's time in proportion) | | 19 |" in summarise(
-        str(site), str(timed), folders=True)  # 3.2 + 46 * 7.5 / 22.5 = 18.5
+        str(site), str(timed), folders=True
+    )  # 3.2 + 46 * 7.5 / 22.5 = 18.5

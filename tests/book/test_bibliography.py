@@ -53,7 +53,8 @@ def test_papers_cited_alike_take_the_letters_a_b_in_the_order_of_their_titles():
             expected = [chr(ord("a") + i) for i in range(len(papers))]
             assert letters == expected, (
                 f"{[key for _, key, _ in papers]} are all cited as '{base}': their years need the letters "
-                f"{expected} in the order of their titles, they have {letters}")
+                f"{expected} in the order of their titles, they have {letters}"
+            )
 
 
 def _soup(path: Path) -> BeautifulSoup:
@@ -73,7 +74,8 @@ def test_the_bibliography_is_labelled_as_the_text_cites_in_that_order():
     labels = list(_bibliography().values())
     expected = [attnlab_sphinx.author_year(e) for e in ENTRIES.values()]
     assert sorted(labels) == sorted(expected), (
-        f"the bibliography's labels are not the entries' citations: {sorted(set(labels) ^ set(expected))}")
+        f"the bibliography's labels are not the entries' citations: {sorted(set(labels) ^ set(expected))}"
+    )
     order = [attnlab_sphinx.author_year(e) for e in attnlab_sphinx.AuthorYearSorting().sort(ENTRIES.values())]
     assert labels == order, f"the bibliography is not in the order of its labels: {labels}"
     assert labels.index("Cho et al., 2014a") < labels.index("Cho et al., 2014b")
@@ -116,5 +118,7 @@ def test_each_citation_in_the_text_reads_as_its_papers_label():
             cited[reads].add(anchor)
     assert cited, "no citation links found"
     assert not wrong, "citations that do not read as their entry's label:\n" + "\n".join(wrong)
-    assert {"Cho et al., 2014a", "Cho et al., 2014b", "Liu et al., 2020a", "Liu et al., 2020b"} <= set(cited), sorted(cited)
+    assert {"Cho et al., 2014a", "Cho et al., 2014b", "Liu et al., 2020a", "Liu et al., 2020b"} <= set(cited), sorted(
+        cited
+    )
     assert len(set(labels.values())) == len(labels), f"two entries share a label: {sorted(labels.values())}"

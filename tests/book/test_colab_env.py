@@ -86,7 +86,9 @@ def colab(tmp_path_factory) -> ColabEnv:
     env = ColabEnv(tmp_path_factory.mktemp("colab"))
     # The wheel, built from a copy of the tree (no build/ or egg-info left in the repository).
     source = env.root / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "node_modules", "_build", ".git", "*.egg-info"))
+    shutil.copytree(
+        ROOT, source, ignore=shutil.ignore_patterns(".venv", "node_modules", "_build", ".git", "*.egg-info")
+    )
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", env.root, source])
     (wheel,) = env.root.glob(f"attnlab-{VERSION}-*.whl")
 
@@ -96,12 +98,21 @@ def colab(tmp_path_factory) -> ColabEnv:
     # then put in too, and installs the wheel, as the setup cell's %pip does on Colab.
     _run([sys.executable, "-m", "venv", "--without-pip", env.venv])
     pins = _colab_pins()
-    setup = [sys.executable, "-m", "pip", "--python", env.python, "install", "-q", "--no-compile"]  # no .pyc for torch's thousands of files
-    _run(setup + [TORCH])  # first and alone
+    setup = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        env.python,
+        "install",
+        "-q",
+        "--no-compile",
+    ]  # no .pyc for torch's thousands of files
+    _run([*setup, TORCH])  # first and alone
     others = [p for p in pins if not p.startswith(("torch==", "pip=="))]
     _run(setup + others)
     colab_pip = next(p for p in pins if p.startswith("pip=="))
-    _run(setup + [colab_pip])
+    _run([*setup, colab_pip])
     pip = [env.python, "-m", "pip", "install", "-q", "--no-compile"]
     env.before = _installed(env.python)
     for pin in [TORCH, *others, colab_pip]:
@@ -110,7 +121,7 @@ def colab(tmp_path_factory) -> ColabEnv:
         assert got.split("+")[0] == version, f"{pin} did not install ({got or 'missing'})"  # 2.13.0+cpu is 2.13.0
 
     # What the setup cell does on Colab: install the package with its dependencies resolved.
-    _run(pip + [wheel])
+    _run([*pip, wheel])
     env.after = _installed(env.python)
     return env
 
@@ -175,8 +186,10 @@ SLIDERS = textwrap.dedent("""
     except Exception:
         print("SLIDERS", traceback.format_exc().replace("\\n", " | "))
 """)
-KERNEL_INFO = ("import json, sys, attnlab, ipywidgets, torch\n"
-               "print('KERNEL', json.dumps([sys.executable, attnlab.__file__, ipywidgets.__version__, torch.__version__]))")
+KERNEL_INFO = (
+    "import json, sys, attnlab, ipywidgets, torch\n"
+    "print('KERNEL', json.dumps([sys.executable, attnlab.__file__, ipywidgets.__version__, torch.__version__]))"
+)
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +203,11 @@ def colab_kernel(colab, tmp_path_factory) -> dict[str, str]:
     # installed elsewhere on the machine (user or system Jupyter paths) can be picked instead.
     kernels = root / "jupyter" / "kernels" / KERNEL
     kernels.mkdir(parents=True)
-    spec = {"argv": [str(colab.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Colab versions", "language": "python"}
+    spec = {
+        "argv": [str(colab.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Colab versions",
+        "language": "python",
+    }
     (kernels / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     env = _env()
     env.update(JUPYTER_PATH=str(root / "jupyter"), JUPYTER_PLATFORM_DIRS="1")
@@ -220,8 +236,9 @@ def colab_kernel(colab, tmp_path_factory) -> dict[str, str]:
         for cell in (nb.cells[0], nb.cells[-2], nb.cells[-1]):
             print("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
     """)
-    result = subprocess.run([str(colab.python), "-c", script], capture_output=True, text=True, timeout=900,
-                            env=env, cwd=workdir)
+    result = subprocess.run(
+        [str(colab.python), "-c", script], capture_output=True, text=True, timeout=900, env=env, cwd=workdir
+    )
     printed = {}
     for line in result.stdout.splitlines():
         tag, _, rest = line.partition(" ")

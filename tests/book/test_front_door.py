@@ -53,7 +53,9 @@ def _headings(text: str, level: str) -> list[str]:
 def test_the_readme_is_short():
     """README.md fits in 6 KB: details belong in CONTRIBUTING.md."""
     size = len(README.read_bytes())
-    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; keep it within {README_MAX_BYTES} (move details to CONTRIBUTING.md)"
+    assert size <= README_MAX_BYTES, (
+        f"README.md is {size} bytes; keep it within {README_MAX_BYTES} (move details to CONTRIBUTING.md)"
+    )
 
 
 def test_the_readme_gives_the_two_commands_in_its_first_code_block():
@@ -77,13 +79,16 @@ def test_the_changelog_follows_keep_a_changelog():
     assert "[Keep a Changelog](https://keepachangelog.com/en/1.1.0/)" in text
     assert "[Semantic Versioning](https://semver.org/spec/v2.0.0.html)" in text
     sections = _headings(text, "##")
-    assert sections and sections[0] == "## [Unreleased]", f"the first section must be '## [Unreleased]', found {sections[:1]}"
+    assert sections and sections[0] == "## [Unreleased]", (
+        f"the first section must be '## [Unreleased]', found {sections[:1]}"
+    )
     kinds = {line.removeprefix("### ") for line in _headings(text, "###")}
     assert kinds <= CHANGE_TYPES, f"change types must be among {sorted(CHANGE_TYPES)}: {sorted(kinds - CHANGE_TYPES)}"
 
 
 def test_the_changelog_versions_are_dated_releases_newest_first():
-    """Every version heading reads `## [X.Y.Z] - YYYY-MM-DD`, newest first, the newest being pyproject.toml's version."""
+    """Every version heading reads `## [X.Y.Z] - YYYY-MM-DD`, newest first, the newest being
+    pyproject.toml's version."""
     sections = _headings(CHANGELOG.read_text(encoding="utf-8"), "##")[1:]
     assert sections, "CHANGELOG.md lists no released version"
     versions, dates = [], []
@@ -119,5 +124,7 @@ def test_no_markdown_page_keeps_a_run_log():
     """No Markdown page at the top level, in book/ or in benchmarks/ (but the results) reports test runs."""
     pages = _markdown_pages()
     assert README in pages and CONTRIBUTING in pages and CHANGELOG in pages
-    logs = {p.relative_to(ROOT).as_posix(): lines for p in pages if (lines := _run_log_lines(p.read_text(encoding="utf-8")))}
+    logs = {
+        p.relative_to(ROOT).as_posix(): lines for p in pages if (lines := _run_log_lines(p.read_text(encoding="utf-8")))
+    }
     assert not logs, f"run logs belong in commit messages (git log is the history), not in these pages: {logs}"

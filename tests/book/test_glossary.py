@@ -60,9 +60,7 @@ def test_every_term_has_an_english_and_a_chinese_name(glossary):
     assert len(glossary) > 50
     for english, chinese in glossary.items():
         assert not CJK.search(english), f"{english!r}: the first line is the English name"
-        assert chinese and all(CJK.search(name) for name in chinese), (
-            f"{english!r} has no Chinese name line: {chinese}"
-        )
+        assert chinese and all(CJK.search(name) for name in chinese), f"{english!r} has no Chinese name line: {chinese}"
 
 
 def test_terms_are_in_alphabetical_order(glossary):

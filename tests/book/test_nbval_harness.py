@@ -34,8 +34,9 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 
 
-def _pytest(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
-            timeout: int = 300) -> subprocess.CompletedProcess:
+def _pytest(
+    args: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
     """``pytest ARGS`` in a process of its own, in ``cwd``, as these tests start it (without the
     calling run's PYTEST_ variables), with its temporary folders in ``cwd/.basetemp``. Without
     --basetemp a run makes a numbered folder under /tmp/pytest-of-USER (an xdist run always
@@ -44,13 +45,21 @@ def _pytest(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
     and grading environments (GBs: two Colab environments took 6.4 s to delete on a quiet
     machine), and the test that started it took 50 to 82 s beside the grading instead of 3 s."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PYTEST_")}
-    return subprocess.run([*PYTEST, "--basetemp", str(cwd / ".basetemp"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [*PYTEST, "--basetemp", str(cwd / ".basetemp"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _nbval(notebook: Path, flag: str = "--nbval") -> subprocess.CompletedProcess:
-    return _pytest([flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir",
-                    str(notebook.parent)], notebook.parent)
+    return _pytest(
+        [flag, str(notebook), "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir", str(notebook.parent)],
+        notebook.parent,
+    )
 
 
 def _alter(path: Path, cell_index: int, old: str, new: str) -> None:
@@ -78,8 +87,11 @@ def _tamper_chapter(path: Path) -> None:
     shutil.copy(ROOT / "chapters" / "00_preliminaries.ipynb", path)
     nb = nbformat.read(path, as_version=4)
     cells = [c for c in nb.cells if c.cell_type == "code"]
-    target = next(i for i, c in enumerate(cells) if c.outputs and c.outputs[0].output_type == "stream"
-                  and "maximum possible entropy" in c.outputs[0].text)
+    target = next(
+        i
+        for i, c in enumerate(cells)
+        if c.outputs and c.outputs[0].output_type == "stream" and "maximum possible entropy" in c.outputs[0].text
+    )
     _alter(path, target, "1.792", "1.800")
 
 
@@ -96,6 +108,7 @@ def _altered(cell: int, old: str, new: str):
     def make(path: Path) -> None:
         shutil.copy(FIXTURE, path)
         _alter(path, cell, old, new)
+
     return make
 
 
@@ -126,8 +139,21 @@ def harness_runs(tmp_path_factory) -> dict[tuple[str, str], dict]:
                 (root / name).mkdir()
                 make(root / name / "harness.ipynb")
                 notebooks.append(f"{name}/harness.ipynb")
-        done = _pytest([flag, *notebooks, "--nbval-sanitize-with", str(SANITIZE), "-q", "--rootdir", str(root),
-                        "--junitxml", str(root / "results.xml")], root, timeout=600)
+        done = _pytest(
+            [
+                flag,
+                *notebooks,
+                "--nbval-sanitize-with",
+                str(SANITIZE),
+                "-q",
+                "--rootdir",
+                str(root),
+                "--junitxml",
+                str(root / "results.xml"),
+            ],
+            root,
+            timeout=600,
+        )
         assert (root / "results.xml").exists(), done.stdout[-3000:] + done.stderr[-3000:]
         for name in (n.split("/")[0] for n in notebooks):
             results[flag, name] = {"passed": 0, "failed": 0, "text": ""}
@@ -199,8 +225,11 @@ def test_a_kernel_that_dies_while_starting_is_started_again(monkeypatch, capsys)
         kernel.stop()
     for dies, error, tries in [(99, restarting.died, restarting.starts), (1, "another failure", 1)]:
         calls.clear()
-        monkeypatch.setattr(nbval.kernel, "start_new_kernel",
-                            lambda *a, dies=dies, error=error, **k: start(*a, dies=dies, error=error, **k))
+        monkeypatch.setattr(
+            nbval.kernel,
+            "start_new_kernel",
+            lambda *a, dies=dies, error=error, **k: start(*a, dies=dies, error=error, **k),
+        )
         with pytest.raises(RuntimeError, match=error):
             nbval.plugin.RunningKernel("python3", cwd=str(ROOT))
         assert len(calls) == tries, (error, calls)
@@ -232,8 +261,13 @@ def test_portable_mode_fails_on_a_failing_assertion(harness_runs):
 
 def _mode(env_extra: dict[str, str], notebooks: list[Path]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "NBVAL_MODE"} | env_extra
-    return subprocess.run([sys.executable, str(MODE_SCRIPT), "mode", *map(str, notebooks)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, str(MODE_SCRIPT), "mode", *map(str, notebooks)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def _recorded_copy(tmp_path: Path, env_extra: dict[str, str]) -> Path:
@@ -293,10 +327,14 @@ def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
     seen = tmp_path / "seen.txt"
     (tmp_path / "test_policy.py").write_text(
         "import os\n\n\ndef test_policy():\n"
-        f"    open({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset'))\n")
+        f"    open({str(seen)!r}, 'w').write(os.environ.get('OMP_WAIT_POLICY', 'unset'))\n"
+    )
     clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    for workers, preset, expected in [(["-n", "2"], None, "PASSIVE"), ([], None, "unset"),
-                                      (["-n", "2"], "ACTIVE", "ACTIVE")]:
+    for workers, preset, expected in [
+        (["-n", "2"], None, "PASSIVE"),
+        ([], None, "unset"),
+        (["-n", "2"], "ACTIVE", "ACTIVE"),
+    ]:
         env = clean if preset is None else {**clean, "OMP_WAIT_POLICY": preset}
         result = _pytest([*workers, "test_policy.py", "-q", "--rootdir", str(tmp_path)], tmp_path, env=env, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -306,9 +344,9 @@ def test_several_workers_let_pytorchs_threads_sleep_while_they_wait(tmp_path):
 def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
     """`make test` runs the website's checks with `--dist loadgroup`: each page's browser checks (its
     accessibility scans, its diagrams' cases and its rendering) carry the page's xdist group so that
-    one worker runs them in order, on one loaded page (tests/site/conftest.py). pytest 9.2 with pytest-xdist 3.8 stops grouping without
-    a word (pytest-dev/pytest-xdist#1386); here, tests of one group in two files must share a
-    worker, among ungrouped tests that spread over both."""
+    one worker runs them in order, on one loaded page (tests/site/conftest.py). pytest 9.2 with
+    pytest-xdist 3.8 stops grouping without a word (pytest-dev/pytest-xdist#1386); here, tests of
+    one group in two files must share a worker, among ungrouped tests that spread over both."""
     seen = tmp_path / "seen"
     seen.mkdir()
     for name in ("a", "b"):
@@ -317,7 +355,8 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
             "@pytest.mark.xdist_group('together')\n@pytest.mark.parametrize('i', range(4))\n"
             f"def test_grouped(i):\n    open({str(seen)!r} + f'/grouped-{name}{{i}}', 'w').write("
             "os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
-            "@pytest.mark.parametrize('i', range(4))\ndef test_alone(i):\n    pass\n")
+            "@pytest.mark.parametrize('i', range(4))\ndef test_alone(i):\n    pass\n"
+        )
     result = _pytest(["-n", "2", "--dist", "loadgroup", "-q", "--rootdir", str(tmp_path)], tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     workers = {p.name: p.read_text() for p in seen.iterdir()}
@@ -335,8 +374,12 @@ def test_a_run_started_here_leaves_other_runs_temporary_folders_alone(tmp_path):
         folder.mkdir(parents=True)
         (folder / "kept.txt").write_text("an earlier run's file")
     (tmp_path / "test_one.py").write_text("def test_one(tmp_path):\n    assert tmp_path.is_dir()\n")
-    result = _pytest(["-n", "2", "test_one.py", "-q", "--rootdir", str(tmp_path)], tmp_path,
-                     env={**os.environ, "TMPDIR": str(temp)}, timeout=120)
+    result = _pytest(
+        ["-n", "2", "test_one.py", "-q", "--rootdir", str(tmp_path)],
+        tmp_path,
+        env={**os.environ, "TMPDIR": str(temp)},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     gone = [f.name for f in earlier if not (f / "kept.txt").exists()]
     assert not gone, f"the run deleted earlier runs' temporary folders: {gone}"

@@ -34,7 +34,9 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     # A copy of the tree, so that building leaves no build/ or egg-info behind in the repository.
     source = out / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "node_modules", "_build", ".git", "*.egg-info"))
+    shutil.copytree(
+        ROOT, source, ignore=shutil.ignore_patterns(".venv", "node_modules", "_build", ".git", "*.egg-info")
+    )
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)])
     (found,) = out.glob("attnlab-*.whl")
     return found
@@ -42,8 +44,13 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_holds_the_package_and_nothing_else(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("attnlab/__init__.py", "attnlab/py.typed", "attnlab/utils.py", "attnlab/viz.py",
-                   "attnlab/attention/masking.py"):
+    for needed in (
+        "attnlab/__init__.py",
+        "attnlab/py.typed",
+        "attnlab/utils.py",
+        "attnlab/viz.py",
+        "attnlab/attention/masking.py",
+    ):
         assert needed in names, f"{needed} is missing from the wheel"
     assert not [n for n in names if n.startswith(("tests/", "chapters/", "book/"))]
 

@@ -24,7 +24,9 @@ BIN = Path(sys.executable).parent  # the environment's bin/, where pip put both 
 def _actionlint(*files: Path) -> subprocess.CompletedProcess:
     actionlint = shutil.which("actionlint", path=str(BIN))
     shellcheck = shutil.which("shellcheck", path=str(BIN))
-    assert actionlint and shellcheck, f"actionlint and shellcheck are missing from {BIN}: pip install -r requirements.txt"
+    assert actionlint and shellcheck, (
+        f"actionlint and shellcheck are missing from {BIN}: pip install -r requirements.txt"
+    )
     # -pyflakes= : no Python in the run steps; -shellcheck: this environment's, not one on PATH.
     command = [actionlint, "-no-color", "-oneline", "-pyflakes=", f"-shellcheck={shellcheck}", *map(str, files)]
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -62,8 +64,16 @@ def test_actionlint_finds_nothing():
 @pytest.mark.parametrize(
     "original, broken, finding",
     [
-        ("run: make test", "run: echo ${{ github.nonexistent_context }}", "property \"nonexistent_context\" is not defined"),
-        ("uses: actions/setup-python@v6", "uses: actions/setup-python@v6\n        with:\n          pyton-version: x", "input \"pyton-version\" is not defined"),
+        (
+            "run: make test",
+            "run: echo ${{ github.nonexistent_context }}",
+            'property "nonexistent_context" is not defined',
+        ),
+        (
+            "uses: actions/setup-python@v6",
+            "uses: actions/setup-python@v6\n        with:\n          pyton-version: x",
+            'input "pyton-version" is not defined',
+        ),
         ("run: make test", "run: if [ $x = 1 ]; then echo; fi", "shellcheck reported issue"),
     ],
     ids=["bad-expression", "bad-input", "shell-bug"],
@@ -98,7 +108,9 @@ def test_the_test_workflow_runs_make_test_on_every_push_and_pull_request():
 def test_the_publish_workflow_builds_with_make_book_on_a_version_tag_and_deploys_to_pages():
     workflow = _workflow("publish.yml")
     assert workflow["on"] == {"push": {"tags": ["v*"]}}, "publish.yml must run on a pushed tag v<version>"
-    assert _make_commands(workflow) == ["make book"], "publish.yml must build with the README's `make book`, and only it"
+    assert _make_commands(workflow) == ["make book"], (
+        "publish.yml must build with the README's `make book`, and only it"
+    )
     _check_toolchain(workflow)
     steps = _steps(workflow)
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
