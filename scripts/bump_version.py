@@ -57,7 +57,7 @@ def bump(new: str, root: Path = ROOT, *, today: datetime.date | None = None, dry
     if updated == text:
         raise ValueError(f'bump: pyproject.toml has no line version = "{old}"')
     changed.append((pyproject, updated))
-    # "@v0.2.0" in install lines, "/blob/v0.2.0/" in Colab links, "branch: v0.2.0", "`v0.2.0`"
+    # "@v1.2.3" in install lines, "/blob/v1.2.3/" in Colab links, "branch: v1.2.3", "`v1.2.3`"
     tag = re.compile(rf"(?<![\w.])v{re.escape(old)}(?![\w.]*\d)")
     for path in tagged_files(root):
         text = path.read_text(encoding="utf-8")

@@ -838,21 +838,143 @@ def three_stages() -> Figure:
     return f
 
 
+# The scene of the visual-attention analogy: 3 x 3 regions, row by row; the gaze looks for a face.
+SCENE = [["sun", "cloud", "bird"], ["tree", "face", "house"], ["grass", "body", "flower"]]
+GAZE = [[0.02, 0.04, 0.02], [0.05, 0.62, 0.06], [0.03, 0.12, 0.04]]  # sums to 1; the face gets most
+
+
+def _scene(f: Figure, x: float, y: float, r: float) -> Box:
+    """The little picture of ``SCENE``, 3 x 3 regions of ``r`` px: sky, ground and a person."""
+    f.rect(x, y, 3 * r, 2 * r, fill="#deebf7", stroke="none")
+    f.rect(x, y + 2 * r, 3 * r, r, fill="#e0efd2", stroke="none")
+    for k in (1, 2):
+        f.path(f"M{fmt(x + k * r)} {fmt(y)} L{fmt(x + k * r)} {fmt(y + 3 * r)} "
+               f"M{fmt(x)} {fmt(y + k * r)} L{fmt(x + 3 * r)} {fmt(y + k * r)}", stroke="#ffffff", width=1.5)
+    u = r / 40  # the shapes are drawn for regions of 40 px
+
+    def at(i: int, j: int, dx: float, dy: float) -> tuple[str, str]:
+        return fmt(x + j * r + dx * u), fmt(y + i * r + dy * u)
+
+    def circle(i: int, j: int, dx: float, dy: float, radius: float, fill: str) -> None:
+        cx, cy = at(i, j, dx, dy)
+        f.add(f'<circle cx="{cx}" cy="{cy}" r="{fmt(radius * u)}" fill="{fill}"/>')
+
+    def poly(i: int, j: int, points: Sequence[tuple[float, float]], fill: str) -> None:
+        f.add(f'<polygon points="{" ".join(",".join(at(i, j, px, py)) for px, py in points)}" fill="{fill}"/>')
+
+    circle(0, 0, 20, 20, 9, "#f2b01e")  # the sun
+    for dx, dy, rad in ((14, 23, 7), (22, 18, 9), (29, 23, 7)):  # a cloud
+        circle(0, 1, dx, dy, rad, "#ffffff")
+    bx, by = at(0, 2, 12, 18)
+    f.path(f"M{bx} {by} q{fmt(4 * u)} {fmt(-5 * u)} {fmt(8 * u)} 0 q{fmt(4 * u)} {fmt(-5 * u)} {fmt(8 * u)} 0",
+           stroke="#4d5d74", width=1.6)  # a bird
+    poly(1, 0, [(17, 30), (23, 30), (23, 40), (17, 40)], "#8a5a2b")  # a tree
+    circle(1, 0, 20, 20, 12, "#3a9a3a")
+    circle(1, 1, 20, 24, 12, "#f1c9a5")  # the face
+    poly(1, 1, [(8, 22), (11, 11), (20, 8), (29, 11), (32, 22), (28, 16), (12, 16)], "#6b4226")  # hair
+    circle(1, 1, 16, 24, 1.6, INK)
+    circle(1, 1, 24, 24, 1.6, INK)
+    fx, fy = at(1, 1, 16, 29)
+    f.path(f"M{fx} {fy} q{fmt(4 * u)} {fmt(3 * u)} {fmt(8 * u)} 0", stroke="#b0573f", width=1.2)
+    poly(1, 2, [(9, 20), (20, 10), (31, 20)], "#c2453a")  # a house
+    f.rect(x + 2 * r + 11 * u, y + r + 20 * u, 18 * u, 16 * u, fill="#f4e3c1", stroke="none")
+    poly(2, 1, [(9, 40), (11, 6), (20, 2), (29, 6), (31, 40)], "#2f6fd3")  # the body
+    poly(2, 1, [(18, 2), (22, 2), (20, 7)], "#f1c9a5")
+    for dx in (10, 17, 24, 31):  # grass
+        poly(2, 0, [(dx - 3, 30), (dx, 18), (dx + 3, 30)], "#5aa84a")
+    poly(2, 2, [(19, 22), (21, 22), (21, 34), (19, 34)], "#3a9a3a")  # a flower
+    circle(2, 2, 20, 18, 6, "#d33c2f")
+    circle(2, 2, 20, 18, 2.5, "#f2b01e")
+    return f.rect(x, y, 3 * r, 3 * r, stroke=LINE, width=1.2)
+
+
+@figure("visual-attention")
+def visual_attention() -> Figure:
+    """Chapter 3's opening: human visual attention, the analogy both sets of lecture notes start from."""
+    top = max(max(row) for row in GAZE)
+    f = Figure(540, 420, "Visual attention: glance at everything, then focus on one region",
+               f"A small picture of nine regions, three rows of three ({'; '.join(', '.join(row) for row in SCENE)}): "
+               "sky above, a person in the middle column, grass below. First, a quick glance over the whole picture. "
+               "Then the focus: the face is sharp and the other regions are dimmed, the more so the less "
+               "weight they get. Third, the weights of the nine regions in the viridis colours of the "
+               f"book's heatmaps: {_num(top)} on the face, {_num(GAZE[2][1])} on the body, little elsewhere; "
+               "they sum to 1. Below, the mapping to the book's terms: the query is what we look for (a face), "
+               "the keys are what each region offers, the weights are where attention goes, and the values "
+               "are what we take in, mostly the face.")
+    r, y = 40, 60
+    xs = (20, 196, 372)
+    for x, head, sub in zip(xs, ("1  glance", "2  focus", "3  weights"),
+                            ("over the whole scene", "on one region", "where attention goes")):
+        f.text(x, 30, head, anchor="start", bold=True)
+        f.text(x, 48, sub, anchor="start", size=SMALL, color=MUTED)
+    # 1: a quick glance over all of it
+    a = _scene(f, xs[0], y, r)
+    scan = [(xs[0] + 12, y + 14), (xs[0] + 108, y + 22), (xs[0] + 14, y + 56), (xs[0] + 106, y + 66),
+            (xs[0] + 12, y + 100), (xs[0] + 104, y + 108)]
+    d = "M" + " L".join(f"{fmt(px)} {fmt(py)}" for px, py in scan)
+    f.path(d, stroke="#ffffff", width=4.5)
+    f.arrow(*scan, color=INK, width=1.6, dash="4 3")
+    f.arrow((a.right + 8, a.cy), (xs[1] - 8, a.cy))
+    # 2: the focus: the face sharp, the rest dimmed by how little weight it gets
+    b = _scene(f, xs[1], y, r)
+    for i in range(3):
+        for j in range(3):
+            fade = 0.8 * (1 - GAZE[i][j] / top)
+            if fade > 0:
+                f.rect(xs[1] + j * r, y + i * r, r, r, fill=CARD, stroke="none", opacity=fade)
+    f.rect(xs[1] + r, y + r, r, r, stroke=INK, width=2.4)
+    f.arrow((b.right + 8, b.cy), (xs[2] - 8, b.cy), role="weight")
+    # 3: the weights
+    g = f.tensor(xs[2], y, 3, 3, r, values=_shade(GAZE))
+    for i in range(3):
+        for j in range(3):
+            w = GAZE[i][j]
+            f.label(xs[2] + (j + 0.5) * r, y + (i + 0.5) * r, _num(w), size=SMALL, color=on_viridis(w / top))
+    f.text(g.cx, g.bottom + 20, "they sum to 1", size=SMALL, color=MUTED)
+    # the mapping to the book's terms
+    y0 = 222
+    f.rect(12, y0, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(20, y0 + 28, "In the book's terms")
+    rows = [
+        ("query", "query $**q**$", "what we look for: here, a face"),
+        ("key", "keys $**k**_i$", "what each region offers: sky, a tree, a face …"),
+        ("weight", "weights $α_i$", "where attention goes: softmax of score($**q**$, $**k**_i$)"),
+        ("value", "values $**v**_i$", "what we take in: $∑_i$ $α_i$ $**v**_i$, mostly the face"),
+    ]
+    for k, (role, term, what) in enumerate(rows):
+        yy = y0 + 48 + 36 * k
+        if role == "weight":
+            f.tensor(20, yy, 1, 3, 16, values=[[0.1, 1.0, 0.2]])
+        else:
+            f.tensor(20, yy, 1, 3, 16, role=role)
+        f.text(80, yy + 13, term, anchor="start", color=ROLES[role].stroke)
+        f.text(190, yy + 13, what, anchor="start", size=SMALL)
+    return f
+
+
 # chapter 4 ----------------------------------------------------------------------------------
 SOFT = [0.02, 0.04, 0.08, 0.17, 0.3, 0.2, 0.1, 0.05, 0.04]  # alpha over L = 9 parts (sums to 1)
 HARD_PICK = 5  # a location drawn from SOFT (1-based, as the figure numbers the parts)
 CENTRE, HALF = 5.4, 2  # local attention's p_t and w (window of 2w + 1 = 5 positions)
 
 
-def local_weights() -> list[float | None]:
-    """Local-p's weights over the parts: the softmax of the scores inside the window times a
-    Gaussian of sigma = D / 2 around p_t, not renormalised; ``None`` outside the window."""
+def local_p_factors() -> tuple[list[float | None], list[float | None]]:
+    """The two factors of ``local_weights``: the align weights (``SOFT``'s softmax renormalised
+    over the window) and the Gaussian of sigma = w / 2 around p_t; ``None`` outside the window."""
     centre = round(CENTRE)
     window = [i for i in range(1, len(SOFT) + 1) if abs(i - centre) <= HALF]
     inside = sum(SOFT[i - 1] for i in window)
     sigma = HALF / 2
-    return [SOFT[i - 1] / inside * math.exp(-((i - CENTRE) ** 2) / (2 * sigma**2)) if i in window else None
+    align = [SOFT[i - 1] / inside if i in window else None for i in range(1, len(SOFT) + 1)]
+    bump = [math.exp(-((i - CENTRE) ** 2) / (2 * sigma**2)) if i in window else None
             for i in range(1, len(SOFT) + 1)]
+    return align, bump
+
+
+def local_weights() -> list[float | None]:
+    """Local-p's weights over the parts: the softmax of the scores inside the window times a
+    Gaussian of sigma = D / 2 around p_t, not renormalised; ``None`` outside the window."""
+    return [None if a is None else a * g for a, g in zip(*local_p_factors())]
 
 
 @figure("soft-hard-local")
@@ -972,6 +1094,151 @@ def show_attend_tell() -> Figure:
     f.text(216, 300, "$**h**_t$: the query", anchor="start", size=SMALL, color=ROLES["query"].stroke)
     f.text(216, 316, "of the next step", anchor="start", size=SMALL, color=ROLES["query"].stroke)
     f.text(290, att.cy - 8, "$**h**_{t-1}$", anchor="end", size=SMALL, color=ROLES["query"].stroke)
+    return f
+
+
+# Hierarchical attention over three sentences of four words; as in chapter 4.2's task, one
+# sentence (the second) holds the evidence, and its word weights peak on one word.
+WORD_W = [[0.15, 0.45, 0.25, 0.15], [0.05, 0.15, 0.7, 0.1], [0.4, 0.2, 0.25, 0.15]]
+SENT_W = [0.08, 0.86, 0.06]
+
+
+@figure("local-hierarchical")
+def local_hierarchical() -> Figure:
+    """Chapter 4.2: local-p (a predicted centre, a window, a Gaussian) and hierarchical attention."""
+    align, bump = local_p_factors()
+    weights = local_weights()
+    n = len(SOFT)
+    lo, hi = round(CENTRE) - HALF, round(CENTRE) + HALF
+    f = Figure(540, 714, "Local-p attention and hierarchical attention",
+               f"(a) Local-p: the decoder state h_t goes through a small layer that predicts the centre "
+               f"p_t = S sigmoid(v_p^T tanh(W_p h_t)), here {CENTRE} among S = {n} source states. Only the "
+               f"window [p_t - w, p_t + w], {2 * HALF + 1} states for w = {HALF}, is scored: the align weights "
+               f"are a softmax over the window; each is multiplied by a Gaussian of sigma = w/2 centred on "
+               f"p_t, and the products are the weights a_t(s). The states outside the window get no weight. "
+               f"(b) Hierarchical attention: in each of three sentences, a word-level GRU and attention "
+               f"against the word context u_w give weights over the words and pool them into a sentence "
+               f"vector s_i; a sentence-level GRU and attention against the sentence context u_s give "
+               f"weights over the sentences and pool them into the document vector v, which a classifier "
+               f"turns into a label.")
+    # (a) local-p: h_t -> p_t; align over the window, times a Gaussian, on the source states
+    f.panel(18, 30, "(a)  local-p: predict where to look")
+    x0, step = 190, 36  # column i (1-based) spans x0 + (i - 1) * step ... x0 + i * step
+    px = x0 + (CENTRE - 0.5) * step
+    q = f.tensor(20, 62, 1, 4, 14, role="query")
+    f.text(q.cx, q.y - 9, "$**h**_t$", color=ROLES["query"].stroke)
+    f.text(q.cx, q.bottom + 18, "decoder", size=SMALL, color=ROLES["query"].stroke)
+    f.text(q.cx, q.bottom + 34, "state", size=SMALL, color=ROLES["query"].stroke)
+    pred = f.rect(100, 44, 210, 52, fill=ROLES["layer"].fill, stroke=ROLES["layer"].stroke, width=1.4, rx=7)
+    f.label(pred.cx, pred.cy - 10, "predict $p_t$", size=SMALL)
+    f.label(pred.cx, pred.cy + 11, "$S$ · σ($**v**_p$^⊤ tanh($W_p **h**_t$))", size=SMALL, color=MUTED)
+    f.arrow(q.east, pred.west, role="query")
+    f.text(pred.x, pred.bottom + 18, "local-m predicts nothing: $p_t$ = $t$", anchor="start", size=SMALL,
+           color=MUTED)
+    top_row, cell_h = 132, 24
+    f.arrow(pred.east, (px, pred.cy), (px, top_row - 14))
+    f.text(px + 8, top_row - 22, f"$p_t$ = {CENTRE}", anchor="start", size=SMALL)
+    # the window, around the rows it concerns
+    base = 276  # the weights' baseline, on top of the states
+    f.rect(x0 + (lo - 1) * step + 1, top_row - 10, (hi - lo + 1) * step - 2, base + 34 - top_row,
+           stroke=INK, width=1.4, rx=6, dash="5 4")
+    f.path(f"M{fmt(px)} {fmt(top_row - 10)} L{fmt(px)} {fmt(base)}", stroke=INK, width=1.2, dash="2 3")
+    f.text(x0 + hi * step + 8, 184, "window", anchor="start", size=SMALL)
+    f.text(x0 + hi * step + 8, 200, "$p_t$ ± $w$", anchor="start", size=SMALL)
+    # 1. align: a softmax over the window only
+    top = max(a for a in align if a is not None)
+    for i, a in enumerate(align):  # one cell per state: weights inside the window, greyed out outside
+        x = x0 + i * step + 3
+        if a is None:
+            f.tensor(x, top_row, 1, 1, step - 6, cell_h=cell_h, faint=True)
+        else:
+            f.tensor(x, top_row, 1, 1, step - 6, cell_h=cell_h, values=[[a / top]])
+            f.label(x + step / 2 - 3, top_row + cell_h / 2, f"{a:.2f}".lstrip("0"), size=SMALL,
+                    color=on_viridis(a / top))
+    f.text(20, top_row + 9, "align($**h**_t$, $**h̄**_s$):", anchor="start", size=SMALL)
+    f.text(20, top_row + 26, "softmax in the window", anchor="start", size=SMALL, color=MUTED)
+    # 2. times a Gaussian of sigma = w / 2 around p_t
+    g_base, g_h, sigma = 222, 48, HALF / 2
+    pts = []
+    for k in range(49):
+        s = lo - 0.5 + k * (hi - lo + 1) / 48
+        pts.append((x0 + (s - 0.5) * step, g_base - g_h * math.exp(-((s - CENTRE) ** 2) / (2 * sigma**2))))
+    f.rect(x0 + (lo - 1) * step + 6, g_base, (hi - lo + 1) * step - 12, 1, fill=FAINT, stroke="none")
+    f.path("M" + " L".join(f"{fmt(x)} {fmt(y)}" for x, y in pts), stroke=INK, width=1.8)
+    for i, g in enumerate(bump):  # the factor that each state's weight is multiplied by
+        if g is not None:
+            f.add(f'<circle cx="{fmt(x0 + (i + 0.5) * step)}" cy="{fmt(g_base - g_h * g)}" r="3" fill="{INK}"/>')
+    f.text(20, g_base - 22, "× a Gaussian around $p_t$,", anchor="start", size=SMALL)
+    f.text(20, g_base - 5, "σ = $w$/2", anchor="start", size=SMALL, color=MUTED)
+    # 3. the weights a_t(s), drawn on the states they weigh
+    bar_h = 38
+    wtop = max(w for w in weights if w is not None)
+    for i, w in enumerate(weights):
+        x = x0 + i * step
+        if w is None:
+            f.rect(x + 5, base - 2, step - 10, 2, fill=FAINT, stroke="none")
+        else:
+            hh = max(2.0, bar_h * w / wtop)
+            f.rect(x + 5, base - hh, step - 10, hh, fill=viridis(w / wtop), stroke="none")
+        f.tensor(x + 6, base + 4, 1, 1, step - 12, cell_h=18, faint=w is None)
+        f.label(x + step / 2, base + 36, f"$**h̄**_{{{i + 1}}}$", size=SMALL, color=MUTED if w is None else INK)
+    f.rect(x0 + 2, base, n * step - 4, 1, fill=LINE, stroke="none")
+    f.text(20, base - 14, "= the weights $a_t$($s$),", anchor="start", size=SMALL)
+    f.text(20, base + 3, "summing to less than 1", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, base + 28, "source states; outside", anchor="start", size=SMALL)
+    f.text(20, base + 45, "the window: no weight", anchor="start", size=SMALL, color=MUTED)
+
+    # (b) hierarchical: words -> sentence vectors -> document vector -> label
+    y0 = 338
+    f.rect(12, y0, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.panel(18, y0 + 28, "(b)  hierarchical: words, then sentences")
+    xs = [84, 214, 344]  # the centres of the three sentences
+    c = 22
+    words_y, layer_y, alpha_y, sum_y, s_y = y0 + 58, y0 + 94, y0 + 158, y0 + 198, y0 + 224
+    right = 412  # the column of row labels
+    wtop = max(max(r) for r in WORD_W)
+    for i, cx in enumerate(xs):
+        f.text(cx, words_y - 8, f"sentence {i + 1}", size=SMALL)
+        words = f.tensor(cx - 2 * c, words_y, 1, 4, c, cell_h=18)
+        f.arrow(words.base, (cx, layer_y))
+    wl = f.layer(20, layer_y, 386, 46, "word GRU + attention",
+                 note="scores $**u**_{it}$^⊤$**u**_w$, the same layer for every sentence", size=SMALL)
+    f.text(right + 4, words_y + 13, "words", anchor="start", size=SMALL)
+    for i, cx in enumerate(xs):
+        f.arrow((cx, wl.bottom), (cx, alpha_y - 1), role="weight")
+        a = f.tensor(cx - 2 * c, alpha_y, 1, 4, c, cell_h=16, values=[[w / wtop for w in WORD_W[i]]])
+        total = f.op(cx, sum_y, "∑", r=11)
+        f.arrow(a.base, total.top, role="weight")
+        f.arrow((cx + 2 * c + 12, wl.bottom), (cx + 2 * c + 12, sum_y), total.east, role="value")
+        s = f.tensor(cx - 18, s_y, 1, 3, 12, role="value")
+        f.arrow(total.base, (cx, s.y - 1), role="value")
+        f.text(s.right + 6, s.bottom, f"$**s**$_{i + 1}", anchor="start", size=SMALL)
+    f.text(right + 4, alpha_y + 12, "$α_{it}$: over", anchor="start", size=SMALL)
+    f.text(right + 4, alpha_y + 28, "the words", anchor="start", size=SMALL)
+    f.text(right + 4, s_y + 10, "$**s**_i$ = $∑_t$ $α_{it}$ $**h**_{it}$", anchor="start", size=SMALL,
+           color=ROLES["value"].stroke)
+    sl_y = y0 + 256
+    sl = f.layer(20, sl_y, 386, 46, "sentence GRU + attention",
+                 note="scores $**u**_i$^⊤$**u**_s$, over the sentences", size=SMALL)
+    for cx in xs:
+        f.arrow((cx, s_y + 12), (cx, sl.y), role="value")
+    row = sl.bottom + 34
+    sw = f.tensor(58, row - 12, 1, 3, 36, cell_h=24, values=[[w / max(SENT_W) for w in SENT_W]])
+    for i, w in enumerate(SENT_W):
+        f.label(sw.x + (i + 0.5) * 36, sw.cy, _num(w), size=SMALL, color=on_viridis(w / max(SENT_W)))
+    f.arrow((sw.cx, sl.bottom), (sw.cx, sw.y - 1), role="weight")
+    f.text(sw.x - 8, row + 5, "$α_i$", anchor="end", size=SMALL)
+    total = f.op(194, row, "∑", r=11)
+    f.arrow(sw.east, total.west, role="weight")
+    f.arrow((total.cx, sl.bottom), total.top, role="value")
+    v = f.tensor(222, row - 6, 1, 4, 12, role="value")
+    f.arrow(total.east, (v.x - 1, row), role="value")
+    f.text(v.cx, v.y - 8, "$**v**$", size=SMALL)
+    cls = f.layer(310, row - 17, 96, 34, "classifier", size=SMALL)
+    f.arrow(v.east, cls.west, role="value")
+    f.arrow(cls.east, (cls.right + 20, row))
+    f.text(cls.right + 26, row + 5, "label", anchor="start", size=SMALL)
+    f.text(v.cx, v.bottom + 18, "document vector", size=SMALL, color=ROLES["value"].stroke)
     return f
 
 

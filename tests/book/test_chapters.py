@@ -184,14 +184,26 @@ CONSTANTS = {
     ("06_transformer", "6.1"): "a section number of Vaswani et al. (2017), where the checkpoint averaging is stated",
     ("06_transformer", "99.5%"): "the performance appendix's bar, which test_benchmarks checks this sentence against",
     ("08_modern_attention", "18times"): "the lecture notes' count, quoted; the next cell counts it on the model",
-    ("08_modern_attention", "15%"): "BERT's masking rate (Devlin et al. 2019), the default of attnlab.train.mask_tokens",
-    ("08_modern_attention", "80%"): "BERT's share of masked positions replaced by the mask token, mask_tokens' constant",
+    (
+        "08_modern_attention",
+        "15%",
+    ): "BERT's masking rate (Devlin et al. 2019), the default of attnlab.train.mask_tokens",
+    (
+        "08_modern_attention",
+        "80%",
+    ): "BERT's share of masked positions replaced by the mask token, mask_tokens' constant",
     ("08_modern_attention", "10%"): "BERT's share replaced by a random token, mask_tokens' constant",
-    ("08_modern_attention", "50times"): "the learned table's initial scale 0.02 against a token's 1, constants of TransformerLM",
+    ("01_bottleneck", "8.3"): "a section number of Saitoh (2018), where the date task evaluates attention",
+    ("04_local_structured", "5.4"): "the illustrative centre of the local-p figure, drawn by book/figures/draw.py",
+    ("04_local_structured", "0.64"): "the sum of that figure's illustrative weights (draw.py's local_p_factors)",
+    ("08_modern_attention", "0.2"): "a version number of Mistral 7B, the first without a sliding window",
 }
-PROSE_NUMBER = re.compile(r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)")
-NOT_PROSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)",
-                       re.S)
+PROSE_NUMBER = re.compile(
+    r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)"
+)
+NOT_PROSE = re.compile(
+    r"\$\$.*?\$\$|\$[^$\n]*\$|\{(?:glue|cite|ref|doc|numref|eq)[^}]*\}`[^`]*`|`[^`]*`|\]\([^)]*\)", re.S
+)
 
 
 def _prose_numbers(text: str) -> list[str]:
@@ -207,19 +219,28 @@ def _prose_numbers(text: str) -> list[str]:
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_numbers_in_the_text_are_glued(path):
     nb = nbformat.read(path, as_version=4)
-    typed = [(token, cell.source[:60]) for cell in nb.cells if cell.cell_type == "markdown"
-             for token in _prose_numbers(cell.source)
-             if (path.stem, token.replace(" ", "")) not in CONSTANTS]
-    assert not typed, (f"{path.name}: numbers typed into the text; glue them from the cell that computes "
-                       f"them (attnlab.glue), or list a true constant in CONSTANTS: {typed}")
+    typed = [
+        (token, cell.source[:60])
+        for cell in nb.cells
+        if cell.cell_type == "markdown"
+        for token in _prose_numbers(cell.source)
+        if (path.stem, token.replace(" ", "")) not in CONSTANTS
+    ]
+    assert not typed, (
+        f"{path.name}: numbers typed into the text; glue them from the cell that computes "
+        f"them (attnlab.glue), or list a true constant in CONSTANTS: {typed}"
+    )
 
 
-@pytest.mark.parametrize("text, found", [
-    ("exact match 0.934 against 0.947", ["0.934", "0.947"]),
-    ("stalled at 38% after 90 steps, 124 times less, 3x faster", ["38%", "124 times", "3x"]),
-    ("section 8.1.2 of the book; 45,000 pairs; 2017; 48 x 48 pixels", []),
-    ("$p = 0.5$ and `lr=5e-3, eps=0.1` and {glue:text}`acc:.3f` and [v1.2](http://x/1.5)", []),
-    ("{cite:t}`a2015` ({cite:p}`b`, 8.4)", ["8.4"]),
-])
+@pytest.mark.parametrize(
+    "text, found",
+    [
+        ("exact match 0.934 against 0.947", ["0.934", "0.947"]),
+        ("stalled at 38% after 90 steps, 124 times less, 3x faster", ["38%", "124 times", "3x"]),
+        ("section 8.1.2 of the book; 45,000 pairs; 2017; 48 x 48 pixels", []),
+        ("$p = 0.5$ and `lr=5e-3, eps=0.1` and {glue:text}`acc:.3f` and [v1.2](http://x/1.5)", []),
+        ("{cite:t}`a2015` ({cite:p}`b`, 8.4)", ["8.4"]),
+    ],
+)
 def test_prose_number_finder(text, found):
     assert _prose_numbers(text) == found

@@ -69,10 +69,15 @@ def find_images(text: str, document: Path, where: str) -> list[Image]:
     found = []
     for m in DIRECTIVE.finditer(text):
         options = dict(re.findall(r"^[ \t]*:([\w-]+):[ \t]*(.*)$", m.group("options"), re.M))
-        found.append(Image(document, where, m.group("kind"), m.group("src"), options.get("alt"), options,
-                           m.group("body").strip()))
-    for m in MARKDOWN_IMAGE.finditer(text):
-        found.append(Image(document, where, "markdown", m.group("src"), m.group("alt"), {}, ""))
+        found.append(
+            Image(
+                document, where, m.group("kind"), m.group("src"), options.get("alt"), options, m.group("body").strip()
+            )
+        )
+    found += [
+        Image(document, where, "markdown", m.group("src"), m.group("alt"), {}, "")
+        for m in MARKDOWN_IMAGE.finditer(text)
+    ]
     for m in HTML_IMAGE.finditer(text):
         attrs = {k.lower(): v[1:-1] for k, v in ATTRIBUTE.findall(m.group())}
         found.append(Image(document, where, "html", attrs.get("src", ""), attrs.get("alt"), {}, ""))
@@ -106,8 +111,14 @@ def test_the_finder_sees_images_with_and_without_alt_text():
         '<img src="z.png"> and <img alt="" src="w.png">\n'
     )
     found = {(i.kind, i.src): i.alt for i in find_images(text, ROOT / "chapters" / "t.md", "")}
-    assert found == {("markdown", "a.png"): "", ("markdown", "b.png"): "a cat", ("figure", "../book/figures/x.svg"): None,
-                     ("image", "y.png"): "a dog", ("html", "z.png"): None, ("html", "w.png"): ""}
+    assert found == {
+        ("markdown", "a.png"): "",
+        ("markdown", "b.png"): "a cat",
+        ("figure", "../book/figures/x.svg"): None,
+        ("image", "y.png"): "a dog",
+        ("html", "z.png"): None,
+        ("html", "w.png"): "",
+    }
     (figure,) = [i for i in find_images(text, ROOT / "chapters" / "t.md", "") if i.kind == "figure"]
     assert figure.body == "A caption." and figure.options == {"name": "fig-x"}
     assert figure.path == FIGURES / "x.svg"
@@ -162,10 +173,12 @@ def test_committed_svg_is_what_the_source_draws(name):
     committed = path.read_text(encoding="utf-8")
     drawn = draw.render(name)
     if committed != drawn:
-        first = next(i for i, (a, b) in enumerate(zip(committed + "\0", drawn + "\0")) if a != b)
+        first = next(i for i, (a, b) in enumerate(zip(committed + "\0", drawn + "\0", strict=False)) if a != b)
         line = committed.count("\n", 0, first) + 1
-        pytest.fail(f"{path.name} differs from what book/figures/draw.py draws (first at line {line}): change the "
-                    f"drawing in draw.py, never the SVG, and run `python book/figures/draw.py`")
+        pytest.fail(
+            f"{path.name} differs from what book/figures/draw.py draws (first at line {line}): change the "
+            f"drawing in draw.py, never the SVG, and run `python book/figures/draw.py`"
+        )
 
 
 def _font_sizes(root: ET.Element) -> list[float]:
@@ -202,19 +215,37 @@ def _text(path: Path) -> str:
     return " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
 
 
-@pytest.mark.parametrize("name, shapes", [
-    ("three-stages", ["(B, H, L, E)", "K: (B, H, S, E)", "(B, H, S, Ev)", "scores (B, H, L, S)", "(B, H, L, Ev)"]),
-    ("multihead", ["(B, L, D)", "(B, S, D)", "(B, L, D) → (B, L, H, E) → (B, H, L, E)", "(B, L, S)",
-                   "(B, H, L, E) → (B, L, H, E) → (B, L, D)", "q_proj", "out_proj"]),
-    ("masks", ["(B, 1, 1, S)", "(L, S)", "(B, 1, L, S)"]),
-    ("kv-cache", ["(B, H, t, E)", "(B, H, S, E)", "self_k", "cross_v"]),
-    ("transformer", ["memory (B, S, D)", "logits (B, L, V)", "num_encoder_layers", "num_decoder_layers"]),
-    ("bahdanau-luong", ["st−1", "ht", "ct", "tanh(Wc[ct; ht])"]),
-    ("online-softmax", ["m", "ℓ", "a (acc)", "tile s: (L, b)"]),
-    ("show-attend-tell", ["S = 16 regions", "D = 32 numbers"]),
-    ("soft-hard-local", ["pt ± w"]),
-    ("seq2seq", ["yL"]),
-])
+@pytest.mark.parametrize(
+    "name, shapes",
+    [
+        ("three-stages", ["(B, H, L, E)", "K: (B, H, S, E)", "(B, H, S, Ev)", "scores (B, H, L, S)", "(B, H, L, Ev)"]),
+        (
+            "multihead",
+            [
+                "(B, L, D)",
+                "(B, S, D)",
+                "(B, L, D) → (B, L, H, E) → (B, H, L, E)",
+                "(B, L, S)",
+                "(B, H, L, E) → (B, L, H, E) → (B, L, D)",
+                "q_proj",
+                "out_proj",
+            ],
+        ),
+        ("masks", ["(B, 1, 1, S)", "(L, S)", "(B, 1, L, S)"]),
+        ("kv-cache", ["(B, H, t, E)", "(B, H, S, E)", "self_k", "cross_v"]),
+        ("transformer", ["memory (B, S, D)", "logits (B, L, V)", "num_encoder_layers", "num_decoder_layers"]),
+        ("bahdanau-luong", ["st−1", "ht", "ct", "tanh(Wc[ct; ht])"]),
+        ("online-softmax", ["m", "ℓ", "a (acc)", "tile s: (L, b)"]),
+        ("show-attend-tell", ["S = 16 regions", "D = 32 numbers"]),
+        ("soft-hard-local", ["pt ± w"]),
+        ("seq2seq", ["yL"]),
+        (
+            "local-hierarchical",
+            ["S · σ(vp⊤ tanh(Wp ht))", "pt ± w", "σ = w/2", "at(s)", "uit⊤uw", "ui⊤us", "si = ∑t αit hit"],
+        ),
+        ("visual-attention", ["query q", "keys ki", "weights αi", "values vi"]),
+    ],
+)
 def test_figures_use_the_books_letters(name, shapes):
     """Shapes and names as book/notation.md and the package's docstrings write them."""
     text = _text(FIGURES / f"{name}.svg")
@@ -225,8 +256,9 @@ def test_figures_use_the_books_letters(name, shapes):
 def test_soft_addressing_figure_shows_the_chapters_numbers():
     """The weights and the answer in the figure are those chapter 3 prints for T = 1."""
     nb = nbformat.read(ROOT / "chapters" / "03_three_stages.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" and "cow @ keys.T" in c.source
-                      for o in c.outputs)
+    printed = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" and "cow @ keys.T" in c.source for o in c.outputs
+    )
     m = re.search(r"T =\s+1\.0: weights \[([^\]]+)\] -> value ([\d.]+)", printed)
     assert m, f"chapter 3's soft addressing output changed: {printed!r}"
     _, weights, read = draw.soft_read(draw.COW)
