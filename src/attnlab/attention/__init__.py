@@ -5,7 +5,7 @@
 - ``scoring``: score functions (the first stage): dot, scaled dot, cosine, general, additive, concat.
 - ``core``: the three stages as one function, and scaled dot-product attention with PyTorch's
   signature (naive and fast backends).
-- ``efficient``: exact attention in blocks with an online softmax, memory O(n).
+- ``blockwise``: exact attention in blocks with an online softmax, memory O(n).
 - ``hard``: hard (stochastic) attention: sampling a location, REINFORCE with a baseline.
 - ``local``: restricted (banded) self-attention with a window, in O(n r d), and Luong's local
   attention (local-m, local-p) over a gathered window of the source.
@@ -14,15 +14,15 @@
   the positions of today's models: rotary embeddings (RoPE) and ALiBi's biases (chapter 8).
 - ``grouped``: multi-query and grouped-query attention, keys and values shared across heads.
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
-- ``tiling``: why FlashAttention is fast: attention over tiles of queries and keys, and the
+- ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
 ``local`` also holds chapter 8's sliding windows while generating (``RollingKVCache``,
 ``receptive_field``).
 """
 
+from attnlab.attention.blockwise import blockwise_attention
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
-from attnlab.attention.efficient import blockwise_attention
 from attnlab.attention.grouped import (
     GroupedQueryAttention,
     grouped_query_attention,
@@ -72,7 +72,7 @@ from attnlab.attention.scoring import (
     Score,
     make_score,
 )
-from attnlab.attention.tiling import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
+from attnlab.attention.traffic import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 
 __all__ = [
     "BACKENDS",
