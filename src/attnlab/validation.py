@@ -16,6 +16,10 @@ Every message names the function, the argument, what was expected and what came:
     causal_mask: num_keys must be an int, got float (2.5)
     Seq2Seq: src must be a torch.long tensor, got torch.float32
 
+The checks that several modules share live here too, whatever they check: attention's query, key,
+value and mask (``check_qkv``, ``check_qkv_shapes``, ``check_mask``), so that every kernel says the
+same thing about the same mistake.
+
 Defined for the package (no chapter introduces it); tests/unit/test_validation.py checks the rule
 and that no module writes its own version of these checks.
 """
@@ -28,7 +32,19 @@ from typing import Literal, TypeGuard, cast, overload
 
 import torch
 
-__all__ = ["check_choice", "check_int", "check_int_sequence", "check_ints", "check_number", "check_tensor", "describe"]
+__all__ = [
+    "check_attn_mask",
+    "check_choice",
+    "check_int",
+    "check_int_sequence",
+    "check_ints",
+    "check_mask",
+    "check_number",
+    "check_qkv",
+    "check_qkv_shapes",
+    "check_tensor",
+    "describe",
+]
 
 
 def describe(value: object) -> str:
@@ -240,3 +256,90 @@ def check_tensor(
         wanted = names or "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
         raise ValueError(f"{where}: {arg} must have shape {wanted}{extra}, got {tuple(value.shape)}")
     return value
+
+
+# --- attention's arguments: the checks its kernels share ----------------------------------------
+
+
+def check_qkv(where: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``: floating, one dtype, the
+    same leading dimensions; the rule of ``scaled_dot_product_attention`` and of every kernel with
+    its signature."""
+    for arg, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(where, arg, t, kind="float")
+        if t.dim() < 2:
+            raise ValueError(
+                f"{where}: {arg} must have at least 2 dimensions (..., length, features), got {tuple(t.shape)}"
+            )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"{where}: key and value must have the same length S, got key {tuple(key.shape)} and value "
+            f"{tuple(value.shape)}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"{where}: query and key must have the same feature size E, got query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}"
+        )
+    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(
+            f"{where}: query, key and value must have the same leading dimensions, got "
+            f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}"
+        )
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(
+            f"{where}: query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+
+
+def check_qkv_shapes(where: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Floating query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``, else a named error
+    (the shapes only: linear attention and the tiled kernels of chapter 8)."""
+    for arg, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(where, arg, t, kind="float")
+        if t.dim() < 2:
+            raise ValueError(f"{where}: {arg} must have shape (..., N, features), got {tuple(t.shape)}")
+    if key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1] or query.shape[:-2] != key.shape[:-2]:
+        raise ValueError(
+            f"{where}: expected query (..., L, E), key (..., S, E), value (..., S, Ev); got "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+
+
+def check_mask(
+    where: str,
+    arg: str,
+    mask: object,
+    shape: Sequence[int],
+    *,
+    shape_name: str,
+    added: str = "added",
+    dtype_name: str = "",
+) -> torch.Tensor:
+    """``mask`` as the book's masks are: boolean (True = takes part) or floating (added), and
+    broadcastable to ``shape``, which the message calls ``shape_name``.
+
+    ``added`` says where a float mask goes, ``dtype_name`` what the message puts before a wrong
+    dtype: ``masked_softmax``'s message reads "floating (added to the scores), got dtype ...".
+    """
+    tensor = check_tensor(where, arg, mask)
+    if tensor.dtype != torch.bool and not tensor.dtype.is_floating_point:
+        raise TypeError(
+            f"{where}: {arg} must be boolean (True = takes part) or floating ({added}), got {dtype_name}{tensor.dtype}"
+        )
+    try:
+        fits = torch.broadcast_shapes(tensor.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{where}: the shape of {arg} is {tuple(tensor.shape)}, but it must broadcast to {shape_name}")
+    return tensor
+
+
+def check_attn_mask(where: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:
+    """``attn_mask`` of a kernel with PyTorch's signature: ``None``, or a mask that broadcasts to the
+    scores ``(..., L, S)`` of ``query (..., L, E)`` and ``key (..., S, E)``."""
+    if mask is None:
+        return
+    target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
+    check_mask(where, "attn_mask", mask, target, shape_name=f"(..., L, S) = {target}")

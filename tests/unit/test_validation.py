@@ -179,3 +179,35 @@ def test_the_source_checks_find_what_they_look_for(code, int_checks, flagged):
     tree = ast.parse(code)
     assert sum(_isinstance_of_int(node) for node in ast.walk(tree)) == int_checks
     assert _value_errors_for_types(tree) == flagged
+
+
+def _private_imports(path: Path, tree: ast.AST) -> list[str]:
+    """``from attnlab.x import _name`` (or ``from .x import _name``) in a module that is not ``x``'s
+    own package ``__init__``: a private helper shared between modules."""
+    package = ".".join(("attnlab", *path.relative_to(PACKAGE).parent.parts))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = node.module or ""
+        if not (node.level or source.startswith("attnlab")):
+            continue  # another library's names
+        if path.name == "__init__.py" and (node.level == 1 or source.startswith(package + ".")):
+            continue  # a package re-exporting its own modules' names
+        found += [f"{path.relative_to(PACKAGE)}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_helper():
+    """A check or helper that several modules need is public (in attnlab.validation for checks);
+    only a package's own __init__ may re-export a private name of its modules, for a listing's path."""
+    found = [f for path, tree in _sources() for f in _private_imports(path, tree)]
+    assert not found, f"make the helper public (a shared check: in attnlab.validation): {found}"
+
+
+def test_the_private_import_check_finds_what_it_looks_for():
+    module = PACKAGE / "attention" / "core.py"
+    tree = ast.parse("from attnlab.attention.core import _naive\nfrom attnlab.validation import check_int\n")
+    assert _private_imports(module, tree) == ["attention/core.py:1 _naive"]
+    init = PACKAGE / "attention" / "__init__.py"
+    assert _private_imports(init, ast.parse("from attnlab.attention.core import _naive\n")) == []

@@ -34,8 +34,7 @@ import math
 
 import torch
 
-from attnlab.attention.core import _check_mask, _check_qkv
-from attnlab.validation import check_int, check_number
+from attnlab.validation import check_attn_mask, check_int, check_number, check_qkv
 
 __all__ = ["blockwise_attention"]
 
@@ -195,8 +194,8 @@ def blockwise_attention(
         ValueError: ``dropout_p`` is not 0.0, a shape does not fit, or ``block_size`` is below 1.
     """
     name = "blockwise_attention"
-    _check_qkv(name, query, key, value)
-    _check_mask(name, attn_mask, query, key)
+    check_qkv(name, query, key, value)
+    check_attn_mask(name, attn_mask, query, key)
     if isinstance(dropout_p, bool) or check_number(name, "dropout_p", dropout_p) != 0.0:
         error = TypeError if isinstance(dropout_p, bool) else ValueError  # a bool is is_causal in the wrong place
         raise error(

@@ -24,58 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention.masking import masked_softmax
-from attnlab.validation import check_choice, check_number, check_tensor
+from attnlab.validation import check_attn_mask, check_choice, check_number, check_qkv, check_tensor
 
 __all__ = ["BACKENDS", "attention", "scaled_dot_product_attention"]
 
 BACKENDS = ("naive", "fast")
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
-def _check_qkv(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
-    for arg, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(name, arg, t, kind="float")
-        if t.dim() < 2:
-            raise ValueError(f"{name}: {arg} must have at least 2 dimensions (..., length, features), got {_shape(t)}")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"{name}: key and value must have the same length S, got key {_shape(key)} and value {_shape(value)}"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"{name}: query and key must have the same feature size E, got query {_shape(query)} and key {_shape(key)}"
-        )
-    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
-        raise ValueError(
-            f"{name}: query, key and value must have the same leading dimensions, got "
-            f"{_shape(query)}, {_shape(key)} and {_shape(value)}"
-        )
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
-            f"{name}: query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
-        )
-
-
-def _check_mask(name: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:
-    if mask is None:
-        return
-    check_tensor(name, "attn_mask", mask)
-    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise TypeError(f"{name}: attn_mask must be boolean (True = takes part) or floating (added), got {mask.dtype}")
-    target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{name}: the shape of attn_mask is {_shape(mask)}, but it must broadcast to (..., L, S) = {target}"
-        )
 
 
 def attention(
@@ -94,8 +49,8 @@ def attention(
     Returns:
         ``(output, weights)`` with shapes ``(..., L, Ev)`` and ``(..., L, S)``.
     """
-    _check_qkv("attention", query, key, value)
-    _check_mask("attention", mask, query, key)
+    check_qkv("attention", query, key, value)
+    check_attn_mask("attention", mask, query, key)
     # listing: stages
     if score is None:
         scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # stage 1: (..., L, S)
@@ -168,8 +123,8 @@ def scaled_dot_product_attention(
         ``(..., L, Ev)``. Queries whose keys are all masked get zeros.
     """
     name = "scaled_dot_product_attention"
-    _check_qkv(name, query, key, value)
-    _check_mask(name, attn_mask, query, key)
+    check_qkv(name, query, key, value)
+    check_attn_mask(name, attn_mask, query, key)
     check_choice(name, "backend", backend, BACKENDS)
     check_number(name, "dropout_p", dropout_p, low=0, high=1, high_open=True)
     if is_causal and attn_mask is not None:

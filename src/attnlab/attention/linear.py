@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from attnlab.validation import check_number, check_tensor
+from attnlab.validation import check_number, check_qkv_shapes, check_tensor
 
 __all__ = ["elu_feature_map", "linear_attention", "linear_attention_recurrent", "linear_attention_weights"]
 
@@ -36,19 +36,6 @@ FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """``elu(x) + 1``: positive and smooth, the feature map of Katharopoulos et al. (2020)."""
     return F.elu(x) + 1
-
-
-def check_qkv_shapes(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
-    """Floating query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``, else a named error."""
-    for arg, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(name, arg, t, kind="float")
-        if t.dim() < 2:
-            raise ValueError(f"{name}: {arg} must have shape (..., N, features), got {tuple(t.shape)}")
-    if key.shape[:-1] != value.shape[:-1] or query.shape[-1] != key.shape[-1] or query.shape[:-2] != key.shape[:-2]:
-        raise ValueError(
-            f"{name}: expected query (..., L, E), key (..., S, E), value (..., S, Ev); got "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
 
 
 def _check(name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, eps: float) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.validation import check_int, check_ints, check_tensor
+from attnlab.validation import check_int, check_ints, check_mask, check_tensor
 
 __all__ = ["causal_mask", "from_key_padding_mask", "masked_softmax", "padding_mask", "to_float_mask"]
 
@@ -122,21 +122,15 @@ def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _check_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
-    check_tensor("masked_softmax", "mask", mask)
-    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise TypeError(
-            f"masked_softmax: mask must be boolean (True = takes part) or floating (added to the scores), "
-            f"got dtype {mask.dtype}"
-        )
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
-        raise ValueError(
-            f"masked_softmax: the shape of mask is {tuple(mask.shape)}, but it must broadcast to the "
-            f"shape of scores {tuple(scores.shape)}"
-        )
+    check_mask(
+        "masked_softmax",
+        "mask",
+        mask,
+        scores.shape,
+        shape_name=f"the shape of scores {tuple(scores.shape)}",
+        added="added to the scores",
+        dtype_name="dtype ",
+    )
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.attention.linear import check_qkv_shapes
-from attnlab.validation import check_int, check_ints
+from attnlab.validation import check_int, check_ints, check_qkv_shapes
 
 __all__ = ["Traffic", "attention_traffic", "flash_block_sizes", "standard_attention", "tiled_attention"]
 
