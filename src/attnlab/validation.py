@@ -18,7 +18,9 @@ Every message names the function, the argument, what was expected and what came:
 
 The checks that several modules share live here too, whatever they check: attention's query, key,
 value and mask (``check_qkv``, ``check_qkv_shapes``, ``check_mask``), so that every kernel says the
-same thing about the same mistake.
+same thing about the same mistake, and what the trainers and evaluators of ``attnlab.train`` share
+(``check_training``, ``check_pairs``, ``check_model``, ``check_tagged``, ``check_labelled``). This
+module imports nothing of the package: a check that needs a model's class is given it.
 
 Defined for the package (no chapter introduces it); tests/unit/test_validation.py checks the rule
 and that no module writes its own version of these checks.
@@ -38,11 +40,16 @@ __all__ = [
     "check_int",
     "check_int_sequence",
     "check_ints",
+    "check_labelled",
     "check_mask",
+    "check_model",
     "check_number",
+    "check_pairs",
     "check_qkv",
     "check_qkv_shapes",
+    "check_tagged",
     "check_tensor",
+    "check_training",
     "describe",
 ]
 
@@ -343,3 +350,58 @@ def check_attn_mask(where: str, mask: torch.Tensor | None, query: torch.Tensor, 
         return
     target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
     check_mask(where, "attn_mask", mask, target, shape_name=f"(..., L, S) = {target}")
+
+
+# --- what attnlab.train's trainers and evaluators share -----------------------------------------
+
+
+def check_training(where: str, steps: int, eval_every: int | None, batch_size: int, **rates: float) -> None:
+    """The arguments every trainer shares: counts are ints >= 1, rates (``lr``, ``clip``) numbers > 0."""
+    check_int(where, "steps", steps)
+    check_int(where, "eval_every", eval_every, none=True)
+    check_int(where, "batch_size", batch_size)
+    for arg, value in rates.items():
+        check_number(where, arg, value, low=0, low_open=True)
+
+
+def check_pairs(where: str, pairs: object) -> None:
+    """``pairs`` as a non-empty sequence of ``(source, target)`` strings (its first pair is looked at)."""
+    if not isinstance(pairs, Sequence) or isinstance(pairs, str):
+        raise TypeError(f"{where}: pairs must be a sequence of (source, target) strings, got {type(pairs).__name__}")
+    if len(pairs) == 0:
+        raise ValueError(f"{where}: pairs must be a non-empty sequence of (source, target) strings, got an empty one")
+    first = pairs[0]
+    if not (isinstance(first, tuple) and len(first) == 2 and all(isinstance(x, str) for x in first)):
+        raise TypeError(f"{where}: pairs must hold (source, target) string tuples, got {first!r}")
+
+
+def check_model(where: str, model: object, kinds: type | tuple[type, ...], wanted: str | None = None) -> None:
+    """``model`` as an instance of ``kinds``; the message says ``wanted`` (default: "a K1 or K2")."""
+    if not isinstance(model, kinds):
+        names = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+        raise TypeError(f"{where}: model must be {wanted or 'a ' + names}, got {type(model).__name__}")
+
+
+def check_tagged(where: str, tokens: torch.Tensor, targets: torch.Tensor, *, num_outputs: int, vocab_size: int) -> None:
+    """A tagger's data: token ids ``(n, N)`` in ``[0, vocab_size)`` and labels ``(n, N, num_outputs)``."""
+    for arg, t in (("tokens", tokens), ("targets", targets)):
+        check_tensor(where, arg, t, kind="long")
+    want = (*tokens.shape, num_outputs)
+    if tokens.dim() != 2 or tuple(targets.shape) != want or len(tokens) == 0:
+        raise ValueError(
+            f"{where}: tokens must be (n, N) and targets (n, N, num_outputs={num_outputs}); "
+            f"got {tuple(tokens.shape)} and {tuple(targets.shape)}"
+        )
+    low, high = (int(tokens.min()), int(tokens.max())) if tokens.numel() else (0, 0)  # once per call
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{where}: tokens must lie in [0, {vocab_size}), got [{low}, {high}]")
+
+
+def check_labelled(where: str, tokens: torch.Tensor, labels: torch.Tensor, *, dims: int) -> None:
+    """A classifier's data: ``dims``-D token ids with one label each (``labels (n,)``)."""
+    for arg, t in (("tokens", tokens), ("labels", labels)):
+        check_tensor(where, arg, t, kind="long")
+    if tokens.dim() != dims or labels.shape != (tokens.shape[0],) or len(tokens) == 0:
+        raise ValueError(
+            f"{where}: tokens must be {dims}-D with one label each; got {tuple(tokens.shape)} and {tuple(labels.shape)}"
+        )

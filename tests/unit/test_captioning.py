@@ -230,7 +230,7 @@ def test_captioner_errors_name_the_argument():
 
 
 def test_location_rewards_count_the_caption_from_each_step_on_or_whole():
-    from attnlab.train import _location_reward
+    from attnlab.train.captioning import _location_reward
 
     nll = torch.tensor([[1.0, 2.0, 3.0, 0.0]])  # the last step is padding (nll 0)
     torch.testing.assert_close(_location_reward(nll, "to_go"), torch.tensor([[-6.0, -5.0, -3.0, 0.0]]))

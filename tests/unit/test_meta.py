@@ -935,7 +935,7 @@ def test_samplers_are_made_on_the_models_device(monkeypatch):
     a CPU generator is handed out instead, and the first draw compares the recorded device with
     the device of the weights drawn from.
     """
-    import attnlab.train as train_module
+    import attnlab.train.captioning as train_module  # where the captioners' generators are made
 
     made: dict[int, torch.device] = {}
 

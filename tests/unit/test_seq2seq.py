@@ -227,10 +227,11 @@ def test_eval_seconds_leave_out_the_evaluations(monkeypatch):
     """A clock that only moves during evaluations (100 s each): training time stays 0."""
     import types
 
-    import attnlab.train as train_module
+    import attnlab.train.loop as loop_module  # the loop reads the clock
+    import attnlab.train.trainers as train_module  # train_seq2seq calls the evaluator
 
     clock = types.SimpleNamespace(now=0.0)
-    monkeypatch.setattr(train_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     real = train_module.evaluate_seq2seq
 
     def slow_evaluate(*args, **kwargs):

@@ -14,7 +14,17 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.validation import check_choice, check_int, check_int_sequence, check_ints, check_number, check_tensor
+from attnlab.validation import (
+    check_choice,
+    check_int,
+    check_int_sequence,
+    check_ints,
+    check_model,
+    check_number,
+    check_pairs,
+    check_tensor,
+    check_training,
+)
 
 PACKAGE = Path(attnlab.__file__).parent
 
@@ -211,3 +221,18 @@ def test_the_private_import_check_finds_what_it_looks_for():
     assert _private_imports(module, tree) == ["attention/core.py:1 _naive"]
     init = PACKAGE / "attention" / "__init__.py"
     assert _private_imports(init, ast.parse("from attnlab.attention.core import _naive\n")) == []
+
+
+def test_the_trainers_checks_name_what_they_wanted():
+    from torch import nn
+
+    check_model("f", nn.Linear(1, 1), nn.Module)
+    with pytest.raises(TypeError, match=r"^f: model must be a Linear or GRU, got str$"):
+        check_model("f", "m", (nn.Linear, nn.GRU))
+    with pytest.raises(TypeError, match=r"^f: model must be a captioner, got int$"):
+        check_model("f", 3, nn.Module, "a captioner")
+    check_pairs("f", [("a", "b")])
+    with pytest.raises(ValueError, match=r"^f: pairs must be a non-empty sequence"):
+        check_pairs("f", [])
+    with pytest.raises(ValueError, match=r"^f: lr must be a number > 0, got 0$"):
+        check_training("f", 1, None, 1, lr=0)
