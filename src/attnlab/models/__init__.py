@@ -1,5 +1,7 @@
-"""Models built from the package's parts: ``seq2seq`` (chapter 1 on), ``captioning`` and
-``structured`` (chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6), ``lm`` (chapter 8)."""
+"""Models built from the package's parts: ``seq2seq`` (chapter 1 on; its parts in ``recurrent``,
+chapter 1, and ``attention_decoders``, chapters 2 and 4), ``captioning`` and ``structured``
+(chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6; its position-wise parts in
+``position_wise``), ``lm`` (chapter 8)."""
 
 from attnlab.models.captioning import (
     Captioner,

@@ -35,7 +35,7 @@ from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_atten
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.masking import causal_mask
 from attnlab.attention.positional import alibi_bias, rotary_embedding, sinusoidal_encoding
-from attnlab.models.transformer import FeedForward
+from attnlab.models.position_wise import FeedForward
 from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
 __all__ = [

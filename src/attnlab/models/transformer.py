@@ -1,8 +1,9 @@
 """The Transformer of Vaswani et al. (2017), built from the package's parts.
 
 Introduced in chapter 6. Smallest piece first: the position-wise feed-forward network, the
-token embedding (scaled by sqrt(d_model), plus sinusoidal positions), the encoder layer, the
-decoder layer, the two stacks, and the sequence-to-sequence model with greedy decoding. Each
+token embedding (scaled by sqrt(d_model), plus sinusoidal positions; both in
+``attnlab.models.position_wise``, and exported here too), the encoder layer, the decoder layer,
+the two stacks, and the sequence-to-sequence model with greedy decoding. Each
 sub-layer is wrapped in a residual connection and layer normalisation, either as in the paper
 (post-LN: ``LayerNorm(x + Sublayer(x))``) or with the normalisation first (pre-LN:
 ``x + Sublayer(LayerNorm(x))``), chosen by ``TransformerConfig.norm_first``.
@@ -20,7 +21,6 @@ Shapes: source tokens ``(B, S)``, target tokens ``(B, L)``, model size ``D = d_m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -30,8 +30,8 @@ from torch import nn
 
 from attnlab.attention.masking import causal_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
-from attnlab.attention.positional import sinusoidal_encoding
 from attnlab.data.vocab import CharVocab
+from attnlab.models.position_wise import ACTIVATIONS, FeedForward, TokenEmbedding
 from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
 __all__ = [
@@ -48,11 +48,6 @@ __all__ = [
     "copy_from_torch_transformer",
     "warmup_schedule",
 ]
-
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": nn.functional.relu,
-    "gelu": nn.functional.gelu,
-}
 
 
 @dataclass(frozen=True)
@@ -97,52 +92,6 @@ class TransformerConfig:
     @property
     def use_final_norm(self) -> bool:
         return self.norm_first if self.final_norm is None else self.final_norm
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network ``W_2 act(W_1 x + b_1) + b_2`` (chapter 6).
-
-    The same two linear layers are applied at every position (a 1 x 1 convolution); in the
-    paper ``512 -> 2048 -> 512``. Shapes: ``(B, N, D) -> (B, N, D)``.
-    """
-
-    def __init__(self, d_model: int, dim_feedforward: int, dropout: float = 0.0, activation: str = "relu"):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, dim_feedforward)
-        self.linear2 = nn.Linear(dim_feedforward, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, N, D) -> (B, N, F) -> (B, N, D)
-
-
-class TokenEmbedding(nn.Module):
-    """Token embedding times ``sqrt(d_model)``, plus sinusoidal positions, then dropout (chapter 6).
-
-    The embedding is initialised with standard deviation ``d_model ** -0.5``, so that after the
-    scaling the token part has unit variance, comparable with the positional part (whose entries
-    have variance 1/2). Initialised N(0, 1) instead, the scaled tokens are ``sqrt(d_model)`` times
-    larger than the positions and drown them.
-    """
-
-    pe: torch.Tensor  # (max_len, D), a buffer
-
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.0):
-        super().__init__()
-        self.d_model, self.max_len = d_model, max_len
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """``tokens (B, N)`` at positions ``start .. start + N - 1`` -> ``(B, N, D)``."""
-        end = start + tokens.shape[1]
-        if end > self.max_len:
-            raise ValueError(f"TokenEmbedding: positions up to {end} exceed max_len {self.max_len}")
-        x = self.embedding(tokens) * math.sqrt(self.d_model)  # (B, N) -> (B, N, D)
-        return self.dropout(x + self.pe[start:end])  # + (N, D)
 
 
 def _sublayer(norm_first: bool, norm: nn.LayerNorm, x: torch.Tensor, f: Callable, drop: nn.Dropout):
