@@ -101,6 +101,7 @@ from attnlab.attention import (
     to_float_mask,
     window_to_dense,
 )
+from attnlab.attention.cache import tensor_bytes
 from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
 from attnlab.models import (
@@ -745,7 +746,7 @@ for kv_heads in (1, 2, 4):
         return gqa(x, is_causal=True), [*params(gqa), x]
 
 
-@case("sliding-window-generation", RollingKVCache, receptive_field)
+@case("sliding-window-generation", RollingKVCache, receptive_field, tensor_bytes)
 def _rolling():
     cache, outputs = RollingKVCache(2), []
     q, k, v = qkv(length=6, keys=6)
@@ -753,6 +754,8 @@ def _rolling():
         keys, values = cache.append(k[:, :, i : i + 1], v[:, :, i : i + 1])
         outputs.append(scaled_dot_product_attention(q[:, :, i : i + 1], keys, values))
     assert receptive_field(3, 2) == 6
+    assert cache.cached_length == 3 and cache.cached_keys is not None and cache.cached_keys.shape == keys.shape
+    assert cache.nbytes == tensor_bytes(k[:, :, :3], v[:, :, :3])  # sizes, read without the values
     return outputs, [q]
 
 

@@ -18,10 +18,13 @@
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
 ``local`` also holds chapter 8's sliding windows while generating (``RollingKVCache``,
-``receptive_field``).
+``receptive_field``). ``cache`` holds the protocol every key/value cache follows
+(``KeyValueCache``: ``append``, ``cached_keys``, ``cached_values``, ``cached_length``, ``nbytes``),
+the rolling buffer and the decoders' caches of ``attnlab.models`` alike.
 """
 
 from attnlab.attention.blockwise import blockwise_attention
+from attnlab.attention.cache import KeyValueCache
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
 from attnlab.attention.grouped import (
     GroupedQueryAttention,
@@ -83,6 +86,7 @@ __all__ = [
     "DotScore",
     "GeneralScore",
     "GroupedQueryAttention",
+    "KeyValueCache",
     "LearnedPositionalEmbedding",
     "MovingAverageBaseline",
     "MultiHeadAttention",

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from attnlab.attention.cache import tensor_bytes
 from attnlab.attention.masking import masked_softmax
 from attnlab.validation import check_int, check_tensor
 
@@ -167,6 +168,11 @@ class RollingKVCache:
 
     Shapes: ``append(key (B, H, 1, E), value (B, H, 1, Ev))`` -> keys ``(B, H, n, E)`` and values
     ``(B, H, n, Ev)``, ``n = min(tokens so far, window + 1)``.
+
+    A ``KeyValueCache`` (``attnlab.attention.cache``): ``cached_keys`` and ``cached_values`` are the
+    filled slots that ``append`` returns, ``cached_length`` is ``n`` (``length`` counts every token
+    appended), and ``nbytes`` counts the whole buffer, empty slots too. ``keys`` and ``values`` are
+    the buffers themselves, ``window + 1`` slots each.
     """
 
     def __init__(self, window: int):
@@ -215,9 +221,22 @@ class RollingKVCache:
     @property
     def nbytes(self) -> int:
         """Bytes the buffer holds (0 before the first ``append``)."""
-        if self.keys is None or self.values is None:
-            return 0
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        return tensor_bytes(self.keys, self.values)
+
+    @property
+    def cached_length(self) -> int:
+        """The positions whose keys and values are held: ``min(length, window + 1)``."""
+        return min(self.length, self.window + 1)
+
+    @property
+    def cached_keys(self) -> torch.Tensor | None:
+        """The filled slots of the keys' buffer, ``(B, H, cached_length, E)``."""
+        return None if self.keys is None else self.keys[:, :, : self.cached_length]
+
+    @property
+    def cached_values(self) -> torch.Tensor | None:
+        """The filled slots of the values' buffer, ``(B, H, cached_length, Ev)``."""
+        return None if self.values is None else self.values[:, :, : self.cached_length]
 
 
 # --- Luong et al. (2015): local attention in a sequence-to-sequence decoder (chapter 4) -----------

@@ -35,6 +35,7 @@ from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_atten
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.masking import causal_mask
 from attnlab.attention.positional import alibi_bias, rotary_embedding, sinusoidal_encoding
+from attnlab.models.caches import LMCache
 from attnlab.models.position_wise import FeedForward
 from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
@@ -99,27 +100,6 @@ class LMConfig:
     @property
     def kv_heads(self) -> int:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-
-
-@dataclass
-class LMCache:
-    """What one block keeps while a decoder-only model generates (chapter 8).
-
-    Softmax attention: ``key``, ``value`` ``(B, G, t, E)`` for the ``t`` positions so far, growing
-    by one per token. Linear attention: ``state`` ``(S (B, H, E, E), z (B, H, E))``, which never
-    grows. ``length`` counts the positions seen.
-    """
-
-    key: torch.Tensor | None = None
-    value: torch.Tensor | None = None
-    state: tuple[torch.Tensor, torch.Tensor] | None = None
-    length: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the cache holds."""
-        tensors = [t for t in (self.key, self.value) if t is not None] + list(self.state or ())
-        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class LMBlock(nn.Module):

@@ -31,6 +31,7 @@ from torch import nn
 from attnlab.attention.masking import causal_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.data.vocab import CharVocab
+from attnlab.models.caches import KVCache
 from attnlab.models.position_wise import ACTIVATIONS, FeedForward, TokenEmbedding
 from attnlab.validation import check_choice, check_int, check_number, check_tensor
 
@@ -134,24 +135,6 @@ class EncoderLayer(nn.Module):
         # end listing: sublayers
 
 
-@dataclass
-class KVCache:
-    """Keys and values a decoder layer has already computed (chapter 6).
-
-    ``self_k``, ``self_v``: ``(B, H, t, E)`` for the ``t`` target positions decoded so far;
-    ``cross_k``, ``cross_v``: ``(B, H, S, E)`` for the encoder output, computed once.
-    """
-
-    self_k: torch.Tensor | None = None
-    self_v: torch.Tensor | None = None
-    cross_k: torch.Tensor | None = None
-    cross_v: torch.Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        return 0 if self.self_k is None else self.self_k.shape[2]
-
-
 class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward network (chapter 6).
 
@@ -193,10 +176,7 @@ class DecoderLayer(nn.Module):
             q = self.self_attn.project_q(h)  # (B, L, D) -> (B, H, L, E)
             k, v = self.self_attn.project_kv(h, h)  # (B, H, L, E) each
             if cache is not None:
-                if cache.self_k is not None and cache.self_v is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t, E) + (B, H, L, E) -> (B, H, t + L, E)
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
+                k, v = cache.append(k, v)  # (B, H, t, E) + (B, H, L, E) -> (B, H, t + L, E)
             mask = causal_mask(q.shape[2], k.shape[2], align="bottom-right", device=h.device)  # (L, t + L)
             return self.self_attn.attend(q, k, v, mask, need_weights=need_weights, average_attn_weights=False)
 

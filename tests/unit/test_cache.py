@@ -1,0 +1,107 @@
+"""One cache protocol (attnlab.attention.cache.KeyValueCache), checked on each of the three caches
+against a hand count: what append returns, the cached keys and values, their length, the bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.attention import KeyValueCache, RollingKVCache
+from attnlab.attention.cache import tensor_bytes
+from attnlab.models import KVCache, LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM
+
+B, G, E, EV = 2, 3, 4, 5
+FLOAT = 4  # bytes of a float32
+
+
+def _kv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, G, n, E, generator=g), torch.randn(B, G, n, EV, generator=g)
+
+
+CACHES = {"KVCache": KVCache, "LMCache": LMCache, "RollingKVCache": lambda: RollingKVCache(window=2)}
+
+
+@pytest.mark.parametrize("make", CACHES.values(), ids=CACHES.keys())
+def test_every_cache_follows_the_protocol(make):
+    cache = make()
+    assert isinstance(cache, KeyValueCache)
+    assert cache.cached_keys is None and cache.cached_values is None
+    assert cache.cached_length == 0 and cache.nbytes == 0
+
+
+@pytest.mark.parametrize("make", [KVCache, LMCache], ids=["KVCache", "LMCache"])
+def test_a_growing_cache_appends_and_counts(make):
+    cache, keys, values = make(), [], []
+    for step, n in enumerate((3, 1, 2)):  # a prompt of 3 positions, then 1, then 2
+        k, v = _kv(n, step)
+        keys.append(k)
+        values.append(v)
+        got_k, got_v = cache.append(k, v)
+        t = sum(x.shape[2] for x in keys)
+        torch.testing.assert_close(got_k, torch.cat(keys, dim=2), rtol=0, atol=0)
+        torch.testing.assert_close(got_v, torch.cat(values, dim=2), rtol=0, atol=0)
+        assert cache.cached_keys is got_k and cache.cached_values is got_v
+        assert cache.cached_length == t == got_k.shape[2]
+        assert cache.nbytes == B * G * t * (E + EV) * FLOAT
+
+
+def test_a_rolling_cache_holds_the_last_window_and_never_grows():
+    window, cache, keys, values = 2, RollingKVCache(window=2), [], []
+    for step in range(6):
+        k, v = _kv(1, step)
+        keys.append(k)
+        values.append(v)
+        got_k, got_v = cache.append(k, v)
+        held = min(step + 1, window + 1)
+        assert cache.cached_length == held and cache.length == step + 1
+        assert torch.equal(cache.cached_keys, got_k) and torch.equal(cache.cached_values, got_v)
+        # the slots hold the last `held` positions, position p in slot p mod (window + 1)
+        slots = {p % (window + 1): p for p in range(step + 1 - held, step + 1)}
+        for slot, p in slots.items():
+            assert torch.equal(got_k[:, :, slot], keys[p][:, :, 0]) and torch.equal(
+                got_v[:, :, slot], values[p][:, :, 0]
+            )
+        assert cache.nbytes == B * G * (window + 1) * (E + EV) * FLOAT  # the whole buffer, from the first token
+
+
+def test_the_bytes_count_what_else_a_cache_holds():
+    kv = KVCache(cross_k=torch.zeros(B, G, 7, E), cross_v=torch.zeros(B, G, 7, EV))
+    kv.append(*_kv(2, 0))
+    assert kv.nbytes == B * G * (2 + 7) * (E + EV) * FLOAT  # the cross-attention's keys and values too
+    lm = LMCache(state=(torch.zeros(B, G, E, EV), torch.zeros(B, G, E)))
+    assert lm.cached_length == 0 and lm.nbytes == B * G * (E * EV + E) * FLOAT  # a linear state holds no position
+    assert tensor_bytes(None, torch.zeros(3, dtype=torch.float16)) == 6
+
+
+@pytest.mark.parametrize("make", [KVCache, LMCache], ids=["KVCache", "LMCache"])
+def test_append_names_what_does_not_fit(make):
+    cache = make()
+    with pytest.raises(TypeError, match=r"append: key must be a floating-point tensor"):
+        cache.append(torch.zeros(B, G, 1, E, dtype=torch.long), torch.zeros(B, G, 1, EV))
+    with pytest.raises(ValueError, match=r"append: value must have shape \(2, 3, 1, Ev\)"):
+        cache.append(torch.zeros(B, G, 1, E), torch.zeros(B, G, 2, EV))
+    cache.append(*_kv(1, 0))
+    with pytest.raises(ValueError, match=r"append: key and value must have the batch, heads and sizes of the cached"):
+        cache.append(torch.zeros(B, G + 1, 1, E), torch.zeros(B, G + 1, 1, EV))
+
+
+def test_the_models_fill_their_caches_through_the_protocol():
+    torch.manual_seed(0)
+    lm = TransformerLM(LMConfig(vocab_size=11, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2)).eval()
+    caches = lm.new_caches()
+    with torch.no_grad():
+        lm(torch.randint(0, 11, (B, 5)), 0, caches)
+        lm(torch.randint(0, 11, (B, 1)), 5, caches)
+    for cache in caches:
+        assert cache.cached_length == cache.length == 6
+        assert cache.nbytes == B * 2 * 6 * (4 + 4) * FLOAT  # G = 2 key and value heads of size 16 / 4
+
+    model = Transformer(TransformerConfig(9, 9, d_model=16, num_heads=4)).eval()
+    src, lengths = torch.randint(3, 9, (B, 7)), torch.tensor([7, 5])
+    layers = [KVCache() for _ in model.decoder.layers]
+    with torch.no_grad():
+        memory, mask, _ = model.encode(src, lengths)
+        model.decode(torch.randint(3, 9, (B, 3)), memory, mask, layers)
+    for cache in layers:
+        assert cache.cached_length == 3 and cache.nbytes == B * 4 * (3 + 7) * (4 + 4) * FLOAT  # self and cross
