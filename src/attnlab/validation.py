@@ -343,13 +343,18 @@ def check_mask(
     return tensor
 
 
-def check_attn_mask(where: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> None:
+def check_attn_mask(
+    where: str, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, *, is_causal: bool = False
+) -> None:
     """``attn_mask`` of a kernel with PyTorch's signature: ``None``, or a mask that broadcasts to the
-    scores ``(..., L, S)`` of ``query (..., L, E)`` and ``key (..., S, E)``."""
+    scores ``(..., L, S)`` of ``query (..., L, E)`` and ``key (..., S, E)``, and never together with
+    ``is_causal=True`` (PyTorch refuses the two together too)."""
     if mask is None:
         return
     target = (*query.shape[:-1], key.shape[-2])  # (..., L, S)
     check_mask(where, "attn_mask", mask, target, shape_name=f"(..., L, S) = {target}")
+    if is_causal:
+        raise ValueError(f"{where}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
 
 
 # --- what attnlab.train's trainers and evaluators share -----------------------------------------

@@ -195,7 +195,7 @@ def blockwise_attention(
     """
     name = "blockwise_attention"
     check_qkv(name, query, key, value)
-    check_attn_mask(name, attn_mask, query, key)
+    check_attn_mask(name, attn_mask, query, key, is_causal=is_causal)
     if isinstance(dropout_p, bool) or check_number(name, "dropout_p", dropout_p) != 0.0:
         error = TypeError if isinstance(dropout_p, bool) else ValueError  # a bool is is_causal in the wrong place
         raise error(
@@ -203,8 +203,6 @@ def blockwise_attention(
             "(dropout_p is the fifth positional argument, as in PyTorch; pass is_causal=True by keyword)"
         )
     check_int(name, "block_size", block_size)
-    if is_causal and attn_mask is not None:
-        raise ValueError(f"{name}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
     check_number(name, "scale", scale, none=True)
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if attn_mask is not None:  # a broadcast view (no copy) of shape (..., L, S), sliced per block

@@ -124,11 +124,9 @@ def scaled_dot_product_attention(
     """
     name = "scaled_dot_product_attention"
     check_qkv(name, query, key, value)
-    check_attn_mask(name, attn_mask, query, key)
+    check_attn_mask(name, attn_mask, query, key, is_causal=is_causal)
     check_choice(name, "backend", backend, BACKENDS)
     check_number(name, "dropout_p", dropout_p, low=0, high=1, high_open=True)
-    if is_causal and attn_mask is not None:
-        raise ValueError(f"{name}: pass either is_causal=True or attn_mask, not both (combine them into one mask)")
     check_number(name, "scale", scale, none=True)
     if backend == "naive":
         return _naive(query, key, value, attn_mask, dropout_p, is_causal, scale)

@@ -172,15 +172,7 @@ def evaluate_tagger(
     check_model("evaluate_tagger", model, SelfAttentionTagger)
     c = model.config
     check_tagged("evaluate_tagger", tokens, targets, num_outputs=c.num_outputs, vocab_size=c.vocab_size)
-    device = eval_device("evaluate_tagger", model, device)
-    model.eval()
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    for start in range(0, len(tokens), batch_size):
-        x = tokens[start : start + batch_size].to(device)
-        y = targets[start : start + batch_size].to(device)
-        logits, _ = model(x)  # (b, N, outputs, classes)
-        correct += (logits.argmax(-1) == y).sum()
-    return correct.item() / targets.numel()
+    return _accuracy(model, tokens, targets, eval_device("evaluate_tagger", model, device), batch_size)
 
 
 Classifier = StructuredClassifier | HierarchicalClassifier
@@ -200,10 +192,19 @@ def evaluate_classifier(
     Runs where the model is (``device``, if given, must be the model's device)."""
     check_model("evaluate_classifier", model, (StructuredClassifier, HierarchicalClassifier))
     check_labelled("evaluate_classifier", tokens, labels, dims=2 if isinstance(model, StructuredClassifier) else 3)
-    device = eval_device("evaluate_classifier", model, device)
+    return _accuracy(model, tokens, labels, eval_device("evaluate_classifier", model, device), batch_size)
+
+
+def _accuracy(
+    model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, device: torch.device, batch_size: int
+) -> float:
+    """Share of ``targets`` that the argmax of the model's logits (its first output) predicts, in
+    batches of ``batch_size`` examples: a tagger's logits ``(b, N, outputs, classes)`` against its
+    targets ``(b, N, outputs)``, a classifier's ``(b, classes)`` against its labels ``(b,)``. One
+    read on the host, at the end."""
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
     for start in range(0, len(tokens), batch_size):
-        logits = model(tokens[start : start + batch_size].to(device))[0]  # (b, classes)
-        correct += (logits.argmax(-1) == labels[start : start + batch_size].to(device)).sum()
-    return correct.item() / len(labels)
+        logits = model(tokens[start : start + batch_size].to(device))[0]  # (b, ..., classes)
+        correct += (logits.argmax(-1) == targets[start : start + batch_size].to(device)).sum()
+    return correct.item() / targets.numel()
