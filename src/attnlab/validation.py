@@ -388,7 +388,8 @@ def check_model(where: str, model: object, kinds: type | tuple[type, ...], wante
 
 
 def check_tagged(where: str, tokens: torch.Tensor, targets: torch.Tensor, *, num_outputs: int, vocab_size: int) -> None:
-    """A tagger's data: token ids ``(n, N)`` in ``[0, vocab_size)`` and labels ``(n, N, num_outputs)``."""
+    """A tagger's data: token ids in ``[0, vocab_size)``, ``N`` per example, and ``num_outputs`` labels
+    per token. (The message's ``(n, N)`` counts the examples with ``n``.)"""
     for arg, t in (("tokens", tokens), ("targets", targets)):
         check_tensor(where, arg, t, kind="long")
     want = (*tokens.shape, num_outputs)

@@ -6,8 +6,8 @@ values are positive (``elu(x) + 1``, the paper's choice). The product can then b
 
     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / phi(q_i)^T (sum_j phi(k_j))
 
-so the ``(N, N)`` matrix of weights is never formed: time and memory ``O(N E Ev)``, linear in
-``N``. With a causal mask the sums run over ``j <= i``, and the same computation is a recurrent
+so the ``(N, N)`` matrix of weights is never formed: time and memory ``O(n E Ev)``, linear in the
+length ``n``. With a causal mask the sums run over ``j <= i``, and the same computation is a recurrent
 network whose state is the ``(E, Ev)`` matrix ``S_i = S_{i-1} + phi(k_i) v_i^T`` and the ``(E,)``
 vector ``z_i = z_{i-1} + phi(k_i)`` ("transformers are RNNs", the paper's title): a constant amount of memory per
 generated token, where softmax attention's KV cache grows.
@@ -55,9 +55,9 @@ def linear_attention(
     """Linear attention in its parallel form (defined in chapter 8).
 
     Without ``causal``: ``phi(Q) (phi(K)^T V)`` divided row by row by ``phi(Q) phi(K)^T 1``, in
-    ``O(N E Ev)``; the queries and keys may differ in length. With ``causal`` (self-attention,
-    ``L = S``): the same sums over ``j <= i``, as prefix sums of ``phi(k_j) v_j^T`` (memory
-    ``O(N E Ev)``, still no ``(N, N)`` matrix). ``eps`` keeps the division away from zero.
+    ``O((L + S) E Ev)``; the queries and keys may differ in length. With ``causal`` (self-attention,
+    ``L = S = n``): the same sums over ``j <= i``, as prefix sums of ``phi(k_j) v_j^T`` (memory
+    ``O(n E Ev)``, still no ``(N, N)`` matrix). ``eps`` keeps the division away from zero.
     """
     _check("linear_attention", query, key, value, eps)
     if causal and query.shape[-2] != key.shape[-2]:
@@ -131,7 +131,7 @@ def linear_attention_weights(
     """The ``(..., L, S)`` weights ``phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')`` (chapter 8).
 
     What the parallel and recurrent forms compute without building it: ``weights @ value`` equals
-    their output. Quadratic in ``N``; for plots and tests.
+    their output. Quadratic in the length; for plots and tests.
     """
     check_tensor("linear_attention_weights", "query", query, kind="float")
     check_tensor("linear_attention_weights", "key", key, kind="float")

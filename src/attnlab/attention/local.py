@@ -15,7 +15,7 @@ Sliding-window attention (chapter 8) is the causal band under the name today's d
 (Jiang et al. 2023; Longformer, Beltagy et al. 2020, puts a window on each side of a token): a
 decoder's token ``i`` attends to the positions ``i - w, ..., i``. While generating, it needs only
 the keys and values of the last ``w + 1`` positions: ``RollingKVCache`` keeps them in a buffer of
-fixed size, overwritten in turn. Through ``L`` such layers information still travels ``L * w``
+fixed size, overwritten in turn. Through ``N`` such layers information still travels ``N * w``
 positions (``receptive_field``).
 
 Local attention (chapter 4): a decoder's query ``t`` attends to the ``2w + 1`` source positions
@@ -68,8 +68,8 @@ def banded_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product self-attention restricted to a window of ``window`` positions each side.
 
-    Defined in chapter 5. Equal to full attention with ``band_mask(N, window, causal=causal)``, in
-    ``O(N (c + 2r) E)`` time and memory instead of ``O(N^2)``: the queries are cut into chunks
+    Defined in chapter 5. Equal to full attention with ``band_mask(n, window, causal=causal)``, in
+    ``O(n (c + 2r) E)`` time and memory instead of ``O(n^2)``, for ``n`` positions: the queries are cut into chunks
     of ``c = chunk_size`` positions (``max(2 * window, 32)`` by default), and each chunk attends,
     with one matrix product, to the ``c + 2r`` keys its windows can reach. The scores outside a
     query's own window are masked, and its ``2r + 1`` band weights are gathered from the chunk.

@@ -9,12 +9,12 @@ counts the numbers moved, in elements (times the dtype's size for bytes):
 - ``standard_attention``: Dao et al.'s Algorithm 0. The ``(L, S)`` scores are written to slow
   memory, read back for the softmax, the weights written, and read again for the product with
   the values: ``L E + S E + S Ev`` read and ``L Ev`` written for the inputs and the output,
-  plus ``4 L S`` for the matrices. ``Theta(N d + N^2)``.
+  plus ``4 L S`` for the matrices. ``Theta(n d + n^2)`` for ``n`` queries and keys.
 - ``tiled_attention``: tiles of ``block_q`` queries stay in fast memory while every tile of
   ``block_k`` keys and values passes through it once, with the online softmax of chapter 7 (the
   loop order of FlashAttention-2, Dao 2023): ``L E + ceil(L / block_q) S (E + Ev)`` read and
   ``L Ev`` written; no ``(L, S)`` matrix ever reaches slow memory. With the tiles that fill a
-  fast memory of ``M`` elements, ``Theta(N^2 d^2 / M)`` (Dao et al. 2022, Theorem 2).
+  fast memory of ``M`` elements, ``Theta(n^2 d^2 / M)`` (Dao et al. 2022, Theorem 2).
 - ``attention_traffic``: the same counts as formulas, with the tile sizes as parameters; the
   chapter and the tests check them against the kernels' own ``Traffic``.
 

@@ -49,7 +49,7 @@ class TokenEmbedding(nn.Module):
 
     The embedding is initialised with standard deviation ``d_model ** -0.5``, so that after the
     scaling the token part has unit variance, comparable with the positional part (whose entries
-    have variance 1/2). Initialised N(0, 1) instead, the scaled tokens are ``sqrt(d_model)`` times
+    have variance 1/2). Initialised from a standard normal instead, the scaled tokens are ``sqrt(d_model)`` times
     larger than the positions and drown them.
     """
 
