@@ -11,6 +11,10 @@ otter runs a plugin in its own process, where no code of the submission ever run
   know; this process checks the signature and puts the outcomes into otter's results, which
   otter then reports as usual. A submission whose kernel writes no signed result (it ended the
   process, for instance) fails every test, with a message that says why.
+
+Every test of the sealed run has a time limit (:data:`TIME_LIMIT` seconds; the config's
+``time_limit`` or the environment's ``ATTNLAB_TIME_LIMIT`` sets another): a test that runs longer
+fails with a message that says so, and the other tests are still graded.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ NO_RESULT = (
 )
 KERNEL_DIED_STARTING = "Kernel died before replying to kernel_info"  # jupyter_client's words
 DEFAULT_TIMEOUT = 1800  # seconds for one cell of the sealed run (the trainings of assignments 2 and 5 included)
+TIME_LIMIT = 30  # seconds for one test of the sealed run: a test stopped there fails, the others are graded
 
 
 def _ignored(cell: nbformat.NotebookNode) -> bool:
@@ -76,8 +81,15 @@ def read_result(path: Path, key: bytes) -> tuple[dict[str, list[tuple[str, bool,
     return {name: list(cases) for name, cases in files}, list(violations)
 
 
-def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeout: int = DEFAULT_TIMEOUT):
-    """Run the submission sealed: (outcomes by test file stem, violations), or None."""
+def run_sealed(
+    submission_path: str,
+    tests_dir: str,
+    protected: list[str],
+    timeout: int = DEFAULT_TIMEOUT,
+    time_limit: float = TIME_LIMIT,
+):
+    """Run the submission sealed, each test for at most ``time_limit`` seconds (0: no limit):
+    (outcomes by test file stem, violations), or None."""
     from nbclient import NotebookClient
 
     key, token = secrets.token_bytes(32), secrets.token_hex(16)
@@ -100,6 +112,7 @@ def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeo
                     "tests": tests,
                     "result": str(result),
                     "protected": [os.path.abspath(p) for p in protected],
+                    "time_limit": time_limit,
                 },
                 f,
             )
@@ -127,7 +140,8 @@ def run_sealed(submission_path: str, tests_dir: str, protected: list[str], timeo
 
 class SealedGrading(AbstractOtterPlugin):
     """otter plugin: grade the submission in a sealed kernel (see the module's docstring).
-    Its config may set ``timeout`` (seconds for one cell)."""
+    Its config may set ``timeout`` (seconds for one cell) and ``time_limit`` (seconds for one
+    test; the environment's ATTNLAB_TIME_LIMIT, where set, comes first)."""
 
     def during_assign(self, assignment) -> None:  # nothing to do at assign time
         return None
@@ -143,11 +157,13 @@ class SealedGrading(AbstractOtterPlugin):
         protected = [os.path.dirname(submission_dir), os.path.join(submission_dir, "tests")]
         if os.path.isdir("/autograder"):
             protected.append("/autograder")
+        config = self.plugin_config or {}
         outcome = run_sealed(
             self.submission_path,
             os.path.join(submission_dir, "tests"),
             protected,
-            int((self.plugin_config or {}).get("timeout", DEFAULT_TIMEOUT)),
+            int(config.get("timeout", DEFAULT_TIMEOUT)),
+            float(os.environ.get("ATTNLAB_TIME_LIMIT") or config.get("time_limit", TIME_LIMIT)),
         )
         outcomes = outcome[0] if outcome else {}
         missing = (False, "❌ Test case failed\n" + NO_RESULT)

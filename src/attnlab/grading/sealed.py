@@ -12,6 +12,13 @@ The last cell raises the audit event ``attnlab.sealed.grade`` with the token, th
 on after each, and writes the outcomes, signed (HMAC-SHA256), where the set-up said. Any tampering
 found (a changed function, method or module, the student's code running inside a test's own checks,
 a refused operation) fails every test with a message that names it.
+
+Each test runs under the set-up's time limit (``SIGALRM``, where the system has it: Linux and
+macOS): a test that runs longer is stopped and fails with :data:`TIME_LIMIT`'s message, and the
+tests after it are still graded, instead of the whole submission running into the grading's own
+time limit and scoring nothing. The tests themselves hold no time guard: students' own
+``grader.check`` calls run without one (a check that hangs there is in front of them, and they
+can interrupt it).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -28,6 +36,11 @@ from typing import Any
 GRADE_EVENT = "attnlab.sealed.grade"  # with the token: arm the grading
 RUN_EVENT = "attnlab.sealed.run"  # then: run the tests
 TEST_PREFIX = "<attnlab test "
+# What a test stopped at the time limit says (the limit, in seconds, filled in).
+TIME_LIMIT = (
+    "this test ran for more than {limit:g} s and was stopped, so that the rest of your notebook is "
+    "still graded: is a loop in your code much slower than it needs to be?"
+)
 
 # Modules whose attributes the tests (and the library code they call) use: each is compared with
 # its snapshot before the tests, after each test, and (the QUICK ones) after every call that a
@@ -117,6 +130,11 @@ class Violation(Exception):
     """Raised (and recorded) when the student's code does what no submission may do."""
 
 
+class TimeLimit(BaseException):
+    """Raised in a test that runs past its time limit: not an Exception, so that an ``except
+    Exception`` in the test or in the student's code lets it through."""
+
+
 def _module_snapshot(names: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
     found: dict[str, tuple[object, dict]] = {}
     for name in names:
@@ -191,6 +209,16 @@ class _Sealed:
         self.tensor_dict = self.classes[torch.Tensor]
         self.sys_modules = {name: module for name, (module, _) in self.modules.items()}
         self.threads = {t.ident for t in threading.enumerate()}
+        # The time limit of each test (seconds; none where the set-up gives none), kept by SIGALRM,
+        # whose handler only the main thread may set: the cells, and so the grading, run there.
+        self.time_limit = float(setup.get("time_limit") or 0)
+        self.limited = (
+            self.time_limit > 0 and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        )
+        if self.limited:
+            self.set_handler, self.set_timer = signal.signal, signal.setitimer
+            self.alarm, self.real_time = signal.SIGALRM, signal.ITIMER_REAL
+        self.in_test = self.stopped = False
         # The modules through which code asks for what the hook refuses (inspect.stack() calls
         # sys._getframe, subprocess.run starts a process): a refusal counts when the first frame
         # outside them is the student's own. Library code that does such things on its own
@@ -446,6 +474,8 @@ class _Sealed:
         outcomes: dict[str, list[dict]] = {}
         self.student_globals = self.frame(2).f_globals  # the grade cell's: the notebook's namespace
         self.check()
+        if self.limited:
+            self.set_handler(self.alarm, self.too_slow)
         for file_name, source in sorted(self.tests.items()):
             name, cases = self.run_file(file_name, source)
             outcomes[name] = cases
@@ -509,30 +539,65 @@ class _Sealed:
             args = {p: self.student_globals.get(p) for p in params}
             self.sanctioned = self.sanction(list(args.values()))
             passed, message = True, "✅ Test case passed"
+            error: BaseException | None = None
+            self.stopped = False
             self.setprofile(self.profile)
+            self.start_timer()
             try:
                 fn(**args)
-            except BaseException as error:  # SystemExit too: a test cannot end the grading
+            except BaseException as raised:  # SystemExit too: a test cannot end the grading
+                self.in_test = False  # first: a late alarm now raises nothing here
+                error = raised
                 passed = False
                 self.setprofile(None)
                 message = "❌ Test case failed\n" + self.describe(error, filename, lines, name)
             finally:
+                self.in_test = False
+                self.stop_timer()
                 self.setprofile(None)
                 self.top_calls.clear()
+            if self.stopped:  # past the limit: failed, however the test or the submission took it
+                passed = False
+                where = self.where(error, filename, lines, name) if error is not None else ""
+                message = f"❌ Test case failed\n{where}TimeoutError: {TIME_LIMIT.format(limit=self.time_limit)}"
             self.check()
             results.append({"name": name, "passed": passed, "message": message})
         return file_label, results
 
-    def describe(self, error: BaseException, filename: str, lines: list[str], name: str) -> str:
-        """otter's message: the test's line that failed, and the error (never the student's
-        own __str__: only exceptions of Python's own classes are turned into text)."""
+    # --- the time limit ---------------------------------------------------------------------
+    def start_timer(self) -> None:
+        """Arm the alarm for one test: it fires at the limit, then every second until the test
+        ends (a test that the first alarm did not stop, because the student's code caught it or
+        the harness's own code was running, is stopped by the next)."""
+        self.in_test = True
+        if self.limited:
+            self.set_timer(self.real_time, self.time_limit, 1.0)
+
+    def stop_timer(self) -> None:
+        if self.limited:
+            self.set_timer(self.real_time, 0)
+
+    def too_slow(self, signum: int, frame: types.FrameType | None) -> None:
+        """SIGALRM's handler while the tests run: note that the test ran past its limit, and stop
+        it, unless it has ended or the harness's own code (the profiler, the hook) is running."""
+        self.stopped = True
+        if self.in_test and not (frame is not None and frame.f_code.co_filename == __file__):
+            raise TimeLimit(TIME_LIMIT.format(limit=self.time_limit))
+
+    # --- messages -------------------------------------------------------------------------
+    def where(self, error: BaseException, filename: str, lines: list[str], name: str) -> str:
+        """The test's line that ``error`` came through, as otter names it ("" where none)."""
         line = next(
             (f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == filename), None
         )
-        where = f"Error at line {line} in test {name}:\n  {lines[line - 1].strip()}\n" if line else ""
+        return f"Error at line {line} in test {name}:\n  {lines[line - 1].strip()}\n" if line else ""
+
+    def describe(self, error: BaseException, filename: str, lines: list[str], name: str) -> str:
+        """otter's message: the test's line that failed, and the error (never the student's
+        own __str__: only exceptions of Python's own classes are turned into text)."""
         kind = type(error)
         text = str(error) if kind.__module__ == "builtins" else "(an exception of the submission's own class)"
-        return f"{where}{kind.__name__}: {text}"
+        return f"{self.where(error, filename, lines, name)}{kind.__name__}: {text}"
 
 
 _MISSING = object()
