@@ -7,25 +7,11 @@ points = 5
 
 @test_case(points=1, hidden=False)
 def test_q3_shapes_and_a_small_case(attention):
-    import signal
-    import threading
-
-    def too_slow(signum, frame):
-        raise AssertionError('this test ran for more than 30 s and was stopped, so that the rest of your notebook is still graded: is a loop in your code much slower than it needs to be?')
-    guard = hasattr(signal, 'SIGALRM') and threading.current_thread() is threading.main_thread()
-    if guard:
-        previous = signal.signal(signal.SIGALRM, too_slow)
-        signal.alarm(30)
-    try:
-        import torch
-        out, w = attention(torch.randn(1, 2, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 5))
-        assert out.shape == (1, 2, 5) and w.shape == (1, 2, 3), f'expected output (1, 2, 5) and weights (1, 2, 3), got {tuple(out.shape)} and {tuple(w.shape)}'
-        import math
-        out, w = attention(torch.tensor([[[math.log(3.0)]]]), torch.tensor([[[1.0], [0.0]]]), torch.tensor([[[4.0], [8.0]]]))
-        assert torch.allclose(w, torch.tensor([[[0.75, 0.25]]])), f'for the query [ln 3] and the keys [1] and [0] (E = 1) the weights are softmax([ln 3, 0]) = [0.75, 0.25]; got {w.flatten().tolist()}'
-        assert torch.allclose(out, torch.tensor([[[5.0]]])), f'with the values [4] and [8] the output is 0.75 * 4 + 0.25 * 8 = 5; got {out.flatten().tolist()}'
-    finally:
-        if guard:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+    import torch
+    out, w = attention(torch.randn(1, 2, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 5))
+    assert out.shape == (1, 2, 5) and w.shape == (1, 2, 3), f'expected output (1, 2, 5) and weights (1, 2, 3), got {tuple(out.shape)} and {tuple(w.shape)}'
+    import math
+    out, w = attention(torch.tensor([[[math.log(3.0)]]]), torch.tensor([[[1.0], [0.0]]]), torch.tensor([[[4.0], [8.0]]]))
+    assert torch.allclose(w, torch.tensor([[[0.75, 0.25]]])), f'for the query [ln 3] and the keys [1] and [0] (E = 1) the weights are softmax([ln 3, 0]) = [0.75, 0.25]; got {w.flatten().tolist()}'
+    assert torch.allclose(out, torch.tensor([[[5.0]]])), f'with the values [4] and [8] the output is 0.75 * 4 + 0.25 * 8 = 5; got {out.flatten().tolist()}'
 

@@ -7,21 +7,7 @@ points = 4
 
 @test_case(points=1, hidden=False)
 def test_q3_uses_your_score(model, AdditiveScore, history):
-    import signal
-    import threading
-
-    def too_slow(signum, frame):
-        raise AssertionError('this test ran for more than 30 s and was stopped, so that the rest of your notebook is still graded: is a loop in your code much slower than it needs to be?')
-    guard = hasattr(signal, 'SIGALRM') and threading.current_thread() is threading.main_thread()
-    if guard:
-        previous = signal.signal(signal.SIGALRM, too_slow)
-        signal.alarm(30)
-    try:
-        books = [c.__name__ for c in type(model.decoder.score).__mro__ if c.__module__.startswith('attnlab')]
-        assert isinstance(model.decoder.score, AdditiveScore) and (not books), 'the decoder must use your AdditiveScore, a class of your own: decoder.score = AdditiveScore(...) before building the model'
-        assert len(history.loss) == 250, f'the training cell must run its 250 steps, as it is; it ran {len(history.loss)}'
-    finally:
-        if guard:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+    books = [c.__name__ for c in type(model.decoder.score).__mro__ if c.__module__.startswith('attnlab')]
+    assert isinstance(model.decoder.score, AdditiveScore) and (not books), 'the decoder must use your AdditiveScore, a class of your own: decoder.score = AdditiveScore(...) before building the model'
+    assert len(history.loss) == 250, f'the training cell must run its 250 steps, as it is; it ran {len(history.loss)}'
 

@@ -7,24 +7,10 @@ points = 2
 
 @test_case(points=1, hidden=False)
 def test_q2_small(positional_encoding):
-    import signal
-    import threading
-
-    def too_slow(signum, frame):
-        raise AssertionError('this test ran for more than 30 s and was stopped, so that the rest of your notebook is still graded: is a loop in your code much slower than it needs to be?')
-    guard = hasattr(signal, 'SIGALRM') and threading.current_thread() is threading.main_thread()
-    if guard:
-        previous = signal.signal(signal.SIGALRM, too_slow)
-        signal.alarm(30)
-    try:
-        import math
-        import torch
-        pe = positional_encoding(3, 4)
-        assert isinstance(pe, torch.Tensor) and pe.shape == (3, 4), 'positional_encoding(3, 4) must have shape (3, 4)'
-        expected = torch.tensor([[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]])
-        assert torch.allclose(pe.float(), expected, atol=1e-06), f'positional_encoding(3, 4) must be\n{expected}\ngot\n{pe}\n(sines in the even features, cosines in the odd)'
-    finally:
-        if guard:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+    import math
+    import torch
+    pe = positional_encoding(3, 4)
+    assert isinstance(pe, torch.Tensor) and pe.shape == (3, 4), 'positional_encoding(3, 4) must have shape (3, 4)'
+    expected = torch.tensor([[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]])
+    assert torch.allclose(pe.float(), expected, atol=1e-06), f'positional_encoding(3, 4) must be\n{expected}\ngot\n{pe}\n(sines in the even features, cosines in the odd)'
 
