@@ -10,8 +10,9 @@ installs, and, for the third assignment, that a fresh virtual environment built 
 in its last question: that question loses points, the others keep full marks. The session's grades
 run with their temporary files in a folder named attnlab too: a rules test must know the book's code
 by where the package is installed. Every submission is graded once, by a session fixture, two at a
-time (one grading process per core, ``build.workers``; a grade that sleeps until the time guard
-stops it runs beside them, in a process of its own). Each process imports otter once, then runs what
+time (one grading process per core, ``build.workers``; a grade that sleeps until the time limit
+stops one of its tests runs beside them, in a process of its own, with the limit lowered to
+SHORT_LIMIT seconds). Each process imports otter once, then runs what
 ``otter run`` runs for each submission it is given, so that the grades (55 then) do not each pay for
 starting Python and importing otter: 329 s with one ``otter run`` process per submission, 232 s this
 way, on one 2-core machine. Each submission's kernel, too, is a process of its own that runs the
@@ -152,9 +153,15 @@ def _wrong_notebook(dest: Path, wrong: dict, path: Path) -> Path | str:
 TRAINING = {source.stem for source in build.sources() if "train_seq2seq(" in source.read_text(encoding="utf-8")}
 
 
-def _sleeps(wrong: dict | None) -> bool:
-    """Whether a wrong solution waits for the grader's time guard (it sleeps: 30 s without work)."""
-    return wrong is not None and any("time.sleep(" in edit["replace"] for edit in wrong.get("edits", [wrong]))
+# The time limit of each test (the sealed grader's, 30 s) for the grades of the wrong solutions
+# that it stops (time_limit: true): they wait for it without work, and each of their other tests
+# must still end within it.
+SHORT_LIMIT = 10
+
+
+def _stopped(wrong: dict | None) -> bool:
+    """Whether a wrong solution waits for the grader's time limit to stop one of its tests."""
+    return wrong is not None and bool(wrong.get("time_limit"))
 
 
 def _expected_cost(key: str, name: str, wrong: dict | None) -> int:
@@ -205,15 +212,17 @@ def graded(built, tmp_path_factory) -> dict[str, dict[str, dict] | str]:
     # the longest first, so that the pool does not end on one of them while the other process waits
     wrong = {f"wrong/{_wrong_id(w)}": w for w in WRONG} | {f"other/{_wrong_id(o)}": o for o in OTHER}
     order = sorted(jobs, key=lambda key: -_expected_cost(key, jobs[key][0].name, wrong.get(key)))
-    # the grades that sleep until the time guard stops them get a process of their own beside the
-    # pool: they would hold one of its cores for 30 s without using it
-    sleeping = [key for key in order if _sleeps(wrong.get(key))]
+    # the grades that sleep until the time limit stops a test get a process of their own beside the
+    # pool, where the limit is SHORT_LIMIT: they would hold one of its cores without using it
+    sleeping = [key for key in order if _stopped(wrong.get(key))]
     # spawned, not forked: this process may hold PyTorch's threads (other tests ran in it)
     spawn = dict(mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
     with (
         kernel_server.running(env) as env,
         ProcessPoolExecutor(n, initargs=(env,), **spawn) as pool,
-        ProcessPoolExecutor(max(1, len(sleeping)), initargs=(env,), **spawn) as beside,
+        ProcessPoolExecutor(
+            max(1, len(sleeping)), initargs=({**env, "ATTNLAB_TIME_LIMIT": str(SHORT_LIMIT)},), **spawn
+        ) as beside,
     ):
         futures = {
             key: grade(beside if key in sleeping else pool, *jobs[key], root / f"run-{i}")
@@ -457,6 +466,45 @@ def test_wrong_solution_fails_with_a_teaching_message(graded, wrong):
     if wrong.get("tampering"):  # the sealed grading: nothing for any question, and the reason said
         scores = {q: x["score"] for q, x in grades.items()}
         assert set(scores.values()) == {0}, f"{wrong['mistake']!r} earned points: {scores}"
+
+
+STOPPED = [w for w in WRONG if _stopped(w)]
+
+
+@pytest.mark.parametrize("wrong", STOPPED, ids=[_wrong_id(w) for w in STOPPED])
+def test_a_test_past_the_time_limit_loses_its_points_and_the_rest_is_graded(graded, wrong):
+    """The sealed grader's time limit (attnlab.grading.sealed; lowered to SHORT_LIMIT for this
+    grade) stops the one test that runs on, with the message that says so, and grades the rest:
+    the question keeps the points of its other tests, the other questions keep full marks."""
+    grades = _grades(graded, f"wrong/{_wrong_id(wrong)}")
+    g = grades[wrong["question"]]
+    stopped = f"this test ran for more than {SHORT_LIMIT} s and was stopped, so that the rest of your notebook"
+    assert stopped in g["output"], f"no test of {wrong['question']} was stopped at the limit:\n{g['output']}"
+    assert 0 < g["score"] < g["max_score"], f"{wrong['question']}: {g['score']}/{g['max_score']}\n{g['output']}"
+    others = {q: (x["score"], x["max_score"]) for q, x in grades.items() if q != wrong["question"]}
+    assert others and all(score == most > 0 for score, most in others.values()), others
+
+
+# The time guard that every test held before the sealed grader kept the limit (about 170 copies).
+PASTED_GUARD = re.compile(r"signal\.alarm|SIGALRM|too_slow")
+
+
+def test_no_test_holds_a_time_guard_of_its_own(built):
+    """The time limit lives in the sealed grader, once: no test in the source notebooks, the
+    published student versions or the autograder zips pastes a guard of its own."""
+    texts = {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for p in (ROOT / "assignments").rglob("*")
+        if p.suffix in (".py", ".ipynb")
+    }
+    assert any(name.endswith("/tests/q1.py") for name in texts), "no published test found"
+    for name, dest in built.items():
+        with zipfile.ZipFile(dest / "autograder" / f"{name}-autograder.zip") as archive:
+            tests = [n for n in archive.namelist() if n.endswith((".py", ".ipynb"))]
+            assert any(n.startswith("tests/") for n in tests), f"{name}: no tests in the autograder zip"
+            texts |= {f"{name}-autograder.zip:{n}": archive.read(n).decode("utf-8") for n in tests}
+    pasted = sorted(name for name, text in texts.items() if PASTED_GUARD.search(text))
+    assert not pasted, f"a time guard pasted into tests (the sealed grader keeps the limit): {pasted}"
 
 
 @pytest.mark.parametrize("other", OTHER, ids=[_wrong_id(o) for o in OTHER])
