@@ -140,7 +140,7 @@ browser:
 	bash scripts/install_chromium.sh
 
 # make test saves each page's first screen (tests/site/test_site.py); this saves each page whole,
-# for a person to read the site as a reader scrolls it (33 core-seconds that check nothing).
+# for a person to read the site as a reader scrolls it (slow, and it checks nothing more).
 screenshots: browser book
 	ATTNLAB_FULL_PAGE_SHOTS=1 $(PY) -m pytest tests/site/test_site.py -k test_page_renders_offline -n 3 \
 		--dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS)

@@ -345,12 +345,11 @@ def test_the_autograder_environment_builds_from_the_zip_alone_and_grades(built, 
     points with its message, and the questions before it keep full marks (their rules tests too).
     Two differences from Gradescope, both of this machine: the zip is unpacked here instead of
     /autograder/source, and PyTorch's CPU index is left out (the CPU wheel lies on this machine's
-    disk). The environment's pip is the book's (the Makefile's pin): the one that `python -m venv`
-    bundles (23.2) took 17 s to resolve the environment's 130 packages here, the book's 9 s. The
-    environment lies in attnlab/.venv, as in a course's clone of the book: its rules tests must not
-    take PyTorch's own code (nn.Module's, under that path) for the book's. One submission, where a
-    reference and a wrong one were graded before: the questions before the mistake are graded as
-    the reference's are (this test alone: 47 s before, 41 s now, on one 2-core machine)."""
+    disk). The environment's pip is the book's (the Makefile's pin), which resolves the
+    environment faster than the one `python -m venv` bundles. The environment lies in
+    attnlab/.venv, as in a course's clone of the book: its rules tests must not take PyTorch's
+    own code (nn.Module's, under that path) for the book's. One submission: the questions before
+    the mistake are graded as the reference's are."""
     name = "a3_multihead"
     dest = built[name]
     source = tmp_path / "source"
@@ -416,7 +415,7 @@ def test_make_assignments_grades_the_solution_first_and_the_tests_build_can_skip
     """`make assignments` stops when the solution fails its own tests (otter assign grades it);
     the `built` fixture skips that run (the reference is graded with the zip instead), and the
     build then succeeds. The solution broken here is the first wrong solution of assignment 1.
-    The wheel is the one the `built` fixture made (building another took 2.5 s)."""
+    The wheel is the one the `built` fixture made."""
     wrong = next(w for w in WRONG if w["assignment"] == "a1_three_stages")
     nb = nbformat.read(ROOT / "assignments" / "a1_three_stages.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and wrong["find"] in c.source]

@@ -14,8 +14,7 @@ the package must then work with those versions. Here, in a fresh virtual environ
    and the slider helpers driven under ipywidgets 7.
 
 Marked `colab` (select with `-m colab`, skip with `-m "not colab"`); it runs in `make test`. It
-needs PyPI, or a pip cache that already holds these versions: 31 s alone on 2 cores here, with
-the wheels on disk (18 s of it installing). On a machine whose PyPI torch is a CUDA build (any Linux
+needs PyPI, or a pip cache that already holds these versions. On a machine whose PyPI torch is a CUDA build (any Linux
 without a local CPU wheel), point pip at PyTorch's CPU index first, as the CI workflow does
 (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
 """

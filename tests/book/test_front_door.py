@@ -128,3 +128,40 @@ def test_no_markdown_page_keeps_a_run_log():
         p.relative_to(ROOT).as_posix(): lines for p in pages if (lines := _run_log_lines(p.read_text(encoding="utf-8")))
     }
     assert not logs, f"run logs belong in commit messages (git log is the history), not in these pages: {logs}"
+
+
+# A test's docstring says what the test checks; how long a run took belongs in a commit message.
+TIMING_NOTE = re.compile(
+    r"core-s(econds?)?\b|\bbusy core|\b\d+(\.\d+)? s (before|after|alone|now)\b|\bmeasured: \d|\btook \d+(\.\d+)? ?s\b"
+)
+# these two hold such lines on purpose, as the data of their own checks
+TIMING_NOTE_DATA = {"test_front_door.py", "test_reader_pages.py"}
+
+
+@pytest.mark.parametrize(
+    "text, is_note",
+    [
+        ("129 s and 238 core-seconds before", True),
+        ("(this test alone: 47 s before, 41 s now)", True),
+        ("building another took 2.5 s", True),
+        ("a page that does not load within 30 s fails", False),
+        ("the grader stops a test after 30 s", False),
+    ],
+)
+def test_the_timing_note_pattern_tells_a_note_from_a_rule(text, is_note):
+    assert bool(TIMING_NOTE.search(text)) is is_note
+
+
+def test_no_source_keeps_a_timing_note():
+    """No test, module, script or Makefile comment records how long one run took: docstrings and
+    comments say what the code checks or does, and why."""
+    files = [*ROOT.joinpath("tests").rglob("*.py"), *ROOT.joinpath("src").rglob("*.py"), ROOT / "conftest.py"]
+    files += [*ROOT.joinpath("scripts").glob("*.py"), *ROOT.joinpath("benchmarks").glob("*.py"), ROOT / "Makefile"]
+    found = [
+        f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+        for path in files
+        if path.name not in TIMING_NOTE_DATA
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if TIMING_NOTE.search(line)
+    ]
+    assert not found, "timing notes of one run, in tests:\n" + "\n".join(found)

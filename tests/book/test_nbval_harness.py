@@ -40,10 +40,9 @@ def _pytest(
     """``pytest ARGS`` in a process of its own, in ``cwd``, as these tests start it (without the
     calling run's PYTEST_ variables), with its temporary folders in ``cwd/.basetemp``. Without
     --basetemp a run makes a numbered folder under /tmp/pytest-of-USER (an xdist run always
-    does: its workers' folders) and, as it ends, deletes all but the newest three there: a run
-    started from a test deleted the folders of the user's earlier `make test`, with their Colab
-    and grading environments (GBs: two Colab environments took 6.4 s to delete on a quiet
-    machine), and the test that started it took 50 to 82 s beside the grading instead of 3 s."""
+    does: its workers' folders) and, as it ends, deletes all but the newest three there, which
+    would delete the folders of the user's earlier `make test`, with their Colab and grading
+    environments (gigabytes, slow to delete)."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PYTEST_")}
     return subprocess.run(
         [*PYTEST, "--basetemp", str(cwd / ".basetemp"), *args],

@@ -126,10 +126,7 @@ class OpenedPages:
     Each worker opens its pages one after the other in one tab, as a reader goes from page to
     page: a chapter's scripts (MathJax, the widget manager, the theme's icons: about 6 MB) are
     then compiled once in the tab's process instead of once for each page, and the process is
-    started once. Measured on six chapters opened and scanned by axe-core three times each: 59
-    and 67 busy core-seconds with a new browser context for each page, 51 and 53 in one tab; all
-    the website's checks, 129 s and 238 core-seconds before, 108 s and 209 after. Each
-    page still starts as a first visit would: the tab is back at VIEWPORT, the page's storage
+    started once. Each page still starts as a first visit would: the tab is back at VIEWPORT, the page's storage
     (the colour mode the checks switched to) is cleared, and what went wrong is recorded anew
     from the page's first request. A check that fails discards the tab (`discard`): the next
     check opens its page in a new browser context."""

@@ -5,10 +5,9 @@ that does not load, a failed request or a request that leaves the site (the site
 offline), a console error, math that MathJax did not typeset, widgets that did not render, a
 chapter page without its Colab launch link, and a broken internal link. A screenshot of each
 page's first screen (1280 x 900) is saved under _build/screenshots/ for a person to look at;
-`make screenshots` (ATTNLAB_FULL_PAGE_SHOTS=1) saves each page whole instead. The whole pages
-cost Chromium 1.6 to 2.3 s a chapter, 33 of the 232 core-seconds of the website's checks here,
-and nothing is checked in them; the first screen costs about 0.1 s. The local server, the
-browser and the opened page come from tests/site/conftest.py.
+`make screenshots` (ATTNLAB_FULL_PAGE_SHOTS=1) saves each page whole instead (a whole page
+costs Chromium far more than its first screen, and nothing is checked in it). The local server,
+the browser and the opened page come from tests/site/conftest.py.
 """
 
 from __future__ import annotations

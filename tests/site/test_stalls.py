@@ -4,8 +4,7 @@ A page whose main thread is held cannot draw the frame a screenshot waits for: t
 the stall seen once in CI. The screenshot helper must report it as ScreenshotStalled within its
 limit, and a check that stalls once must pass on its second, fresh, load, while one that stalls every
 time must fail. The main thread is held by a `debugger` statement, the page's debugger enabled (over
-the DevTools protocol), rather than by a loop that kept a core busy: the four pages held here burnt
-12 core-seconds that way.
+the DevTools protocol), rather than by a busy loop, which would keep a core busy while it waits.
 """
 
 from __future__ import annotations
