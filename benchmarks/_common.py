@@ -11,11 +11,11 @@ import json
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils import benchmark
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -25,24 +25,35 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(fn: Callable[[], object], *, min_run_time: float = 0.1) -> float:
+    """Seconds per call of ``fn``: torch.utils.benchmark's Timer, in blocks of at least
+    ``min_run_time`` seconds (its timer waits for CUDA's queued work), the median block."""
+    return benchmark.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+
+
 def interleaved(
-    ours: Callable[[], object], theirs: Callable[[], object], *, device: torch.device, repeats: int = 9, warmup: int = 2
+    ours: Callable[[], object],
+    theirs: Callable[[], object],
+    *,
+    device: torch.device,
+    repeats: int = 9,
+    warmup: int = 2,
+    min_run_time: float = 0.1,
 ) -> dict:
-    """Time both functions alternately; return medians and the ratio's median and range."""
+    """Time both functions alternately, ``repeats`` pairs of ``timed`` measurements; return the
+    medians and the ratio's median and range. ``device`` is where they compute (synchronised
+    around the warm-up; the Timer synchronises CUDA itself)."""
     for _ in range(warmup):
         ours()
         theirs()
+    sync(device)
     t_ours, t_theirs = [], []
     for i in range(repeats):
         pair = [(ours, t_ours), (theirs, t_theirs)]
         if i % 2:
             pair.reverse()  # alternate which one runs first
         for fn, times in pair:
-            sync(device)
-            start = time.perf_counter()
-            fn()
-            sync(device)
-            times.append(time.perf_counter() - start)
+            times.append(timed(fn, min_run_time=min_run_time))
     ratios = [a / b for a, b in zip(t_ours, t_theirs, strict=True)]
     return {
         "ours_ms": 1000 * statistics.median(t_ours),

@@ -32,6 +32,7 @@ def main(quick: bool = False, only: list[str] | None = None) -> list[dict]:
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}})
+        # one execution of a whole chapter, seconds to minutes: a wall clock, not a Timer's blocks
         start = time.perf_counter()
         client.execute()
         seconds = time.perf_counter() - start
