@@ -194,8 +194,6 @@ CONSTANTS = {
     ): "BERT's share of masked positions replaced by the mask token, mask_tokens' constant",
     ("08_modern_attention", "10%"): "BERT's share replaced by a random token, mask_tokens' constant",
     ("01_bottleneck", "8.3"): "a section number of Saitoh (2018), where the date task evaluates attention",
-    ("04_local_structured", "5.4"): "the illustrative centre of the local-p figure, drawn by book/figures/draw.py",
-    ("04_local_structured", "0.64"): "the sum of that figure's illustrative weights (draw.py's local_p_factors)",
     ("08_modern_attention", "0.2"): "a version number of Mistral 7B, the first without a sliding window",
 }
 PROSE_NUMBER = re.compile(
