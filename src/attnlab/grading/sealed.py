@@ -65,7 +65,7 @@ def _module_snapshot(names: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
     for name in names:
         module = sys.modules.get(name)
         if module is not None:
-            skip = SKIPPED.get(name, set())
+            skip = SKIPPED.get(name, frozenset())
             found[name] = (module, {k: v for k, v in vars(module).items() if k not in skip})
     return found
 
