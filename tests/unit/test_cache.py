@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.attention import KeyValueCache, RollingKVCache
+from attnlab.attention import KeyValueCache, RollingKVCache, SinkKVCache, sliding_window_mask
 from attnlab.attention.cache import tensor_bytes
 from attnlab.models import KVCache, LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM
 
@@ -19,7 +19,12 @@ def _kv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(B, G, n, E, generator=g), torch.randn(B, G, n, EV, generator=g)
 
 
-CACHES = {"KVCache": KVCache, "LMCache": LMCache, "RollingKVCache": lambda: RollingKVCache(window=2)}
+CACHES = {
+    "KVCache": KVCache,
+    "LMCache": LMCache,
+    "RollingKVCache": lambda: RollingKVCache(window=2),
+    "SinkKVCache": lambda: SinkKVCache(window=2, sinks=1),
+}
 
 
 @pytest.mark.parametrize("make", CACHES.values(), ids=CACHES.keys())
@@ -63,6 +68,58 @@ def test_a_rolling_cache_holds_the_last_window_and_never_grows():
                 got_v[:, :, slot], values[p][:, :, 0]
             )
         assert cache.nbytes == B * G * (window + 1) * (E + EV) * FLOAT  # the whole buffer, from the first token
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_a_sink_cache_returns_what_the_new_queries_see_and_keeps_the_sinks_and_window(sinks):
+    """Appended in pieces (a prompt of 4, then 1, 3, 1, 1), the cache returns the held positions and
+    the new ones, in order, with their positions; it then holds the first `sinks` and the last
+    `window` positions: what the next query may see, by sliding_window_mask."""
+    window, cache, keys, values, seen = 3, SinkKVCache(window=3, sinks=sinks), [], [], 0
+    for step, n in enumerate((4, 1, 3, 1, 1)):
+        k, v = _kv(n, step)
+        keys.append(k)
+        values.append(v)
+        all_k, all_v = torch.cat(keys, dim=2), torch.cat(values, dim=2)
+        held_before = [p for p in range(seen) if p < sinks or p >= seen - window]
+        got_k, got_v = cache.append(k, v)
+        expected = held_before + list(range(seen, seen + n))
+        assert cache.key_positions.tolist() == expected
+        assert torch.equal(got_k, all_k[:, :, expected]) and torch.equal(got_v, all_v[:, :, expected])
+        seen += n
+        held = [p for p in range(seen) if p < sinks or p >= seen - window]
+        assert cache.held == held and cache.cached_length == len(held) <= sinks + window
+        assert torch.equal(cache.cached_keys, all_k[:, :, held]) and torch.equal(cache.cached_values, all_v[:, :, held])
+        assert cache.nbytes == B * G * len(held) * (E + EV) * FLOAT
+        # exactly the held positions are those the next query, at position `seen`, sees
+        next_query = sliding_window_mask(torch.tensor([seen]), torch.arange(seen + 1), window, sinks=sinks)[0]
+        assert next_query[:-1].nonzero().flatten().tolist() == held
+
+
+def test_the_sliding_window_mask_is_the_causal_band_plus_the_sinks():
+    n = 9
+    positions = torch.arange(n)
+    assert torch.equal(sliding_window_mask(positions, positions, None), torch.ones(n, n).tril().bool())
+    band = torch.ones(n, n).tril().triu(-3).bool()  # i - 3 <= j <= i
+    assert torch.equal(sliding_window_mask(positions, positions, 3), band)
+    with_sinks = band.clone()
+    with_sinks[:, :2] = torch.ones(n, 2).tril().bool()  # the first two positions, causally
+    assert torch.equal(sliding_window_mask(positions, positions, 3, sinks=2), with_sinks)
+    # positions in any order: the mask follows them, not the columns
+    shuffled = torch.tensor([5, 0, 8, 2])
+    assert torch.equal(sliding_window_mask(positions, shuffled, 3, sinks=2), with_sinks[:, shuffled])
+    with pytest.raises(TypeError, match=r"sliding_window_mask: key_positions must be a torch\.long tensor"):
+        sliding_window_mask(positions, positions.float(), 3)
+    with pytest.raises(ValueError, match="sliding_window_mask: window must be an int >= 0"):
+        sliding_window_mask(positions, positions, -1)
+    with pytest.raises(ValueError, match="sliding_window_mask: sinks must be an int >= 0"):
+        sliding_window_mask(positions, positions, 2, sinks=-1)
+    with pytest.raises(ValueError, match="SinkKVCache: window must be an int >= 1"):
+        SinkKVCache(0)
+    cache = SinkKVCache(2)
+    cache.append(*_kv(1, 0))
+    with pytest.raises(ValueError, match="SinkKVCache: key must have the batch, heads and size"):
+        cache.append(torch.zeros(B, G + 1, 1, E), torch.zeros(B, G + 1, 1, EV))
 
 
 def test_the_bytes_count_what_else_a_cache_holds():

@@ -29,6 +29,9 @@ KINDS = {
 }
 KINDS["rope-softmax-G1"] = dict(positions="rope", num_kv_heads=1)
 KINDS["alibi-softmax-G2"] = dict(positions="alibi", num_kv_heads=2)
+KINDS["rope-window-global"] = dict(positions="rope", window=(2, None))  # Gemma's interleaving
+KINDS["rope-window-sinks"] = dict(positions="rope", window=3, sinks=2)  # StreamingLLM
+KINDS["alibi-window-sinks"] = dict(positions="alibi", window=(None, 2), sinks=1)
 
 
 def lm(seed: int = 0, **options) -> TransformerLM:
@@ -85,7 +88,7 @@ def test_a_causal_model_never_looks_ahead(kind):
     assert not torch.allclose(a[:, 6:], b[:, 6:])
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", sorted(k for k in KINDS if "window" not in k))  # a window is causal
 def test_an_encoder_sees_both_sides(kind):
     model = lm(causal=False, **KINDS[kind])
     tokens = torch.randint(0, V, (2, 9))
@@ -105,6 +108,27 @@ def test_decoding_with_caches_gives_the_logits_of_the_whole_sequence(kind):
         pieces = [model(tokens[:, :4], 0, caches)] + [model(tokens[:, t : t + 1], t, caches) for t in range(4, 10)]
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, atol=1e-5, rtol=1e-5)
     assert all(c.length == 10 for c in caches)
+
+
+def test_a_window_as_wide_as_the_sequence_changes_nothing_and_a_narrow_one_does():
+    tokens = torch.randint(0, V, (2, 10))
+    with torch.no_grad():
+        full = lm()(tokens)
+        torch.testing.assert_close(lm(window=9)(tokens), full, rtol=0, atol=0)
+        torch.testing.assert_close(lm(window=(9, None), sinks=3)(tokens), full, rtol=0, atol=0)
+        narrow = lm(window=2)(tokens)
+    torch.testing.assert_close(narrow[:, :3], full[:, :3], rtol=0, atol=0)  # positions 0-2 see all they would
+    assert not torch.allclose(narrow[:, 3:], full[:, 3:])
+
+
+def test_a_windowed_layer_holds_its_window_and_sinks_while_a_global_one_grows():
+    model = lm(window=(3, None), sinks=1)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(torch.zeros(1, 12, dtype=torch.long), 0, caches)
+    per_position = 4 * 4 * 2 * 4  # G heads x E x (key + value) x float32
+    assert caches[0].cached_length == 1 + 3 and caches[0].nbytes == (1 + 3) * per_position
+    assert caches[1].cached_length == 12 and caches[1].nbytes == 12 * per_position
 
 
 @pytest.mark.parametrize(
@@ -162,6 +186,18 @@ def test_the_learned_table_trains_only_the_positions_it_sees():
 
 
 def test_bad_configurations_and_inputs_get_named_errors():
+    with pytest.raises(ValueError, match="window must have one entry per layer"):
+        lm(window=(2, None, 2))
+    with pytest.raises(ValueError, match="window must be an int >= 0"):
+        lm(window=-1)
+    with pytest.raises(ValueError, match="a window needs causal softmax attention"):
+        lm(window=2, attention="linear")
+    with pytest.raises(ValueError, match=r"sinks \(2\) need a window"):
+        lm(sinks=2)
+    with pytest.raises(TypeError, match="linear attention keeps its state in LMCache"):
+        from attnlab.attention import SinkKVCache
+
+        lm(attention="linear")(torch.zeros(1, 3, dtype=torch.long), 0, [SinkKVCache(2), SinkKVCache(2)])
     with pytest.raises(ValueError, match="positions must be one of"):
         LMConfig(V, positions="relative")
     with pytest.raises(ValueError, match="linear attention has none to bias"):
@@ -181,7 +217,7 @@ def test_bad_configurations_and_inputs_get_named_errors():
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="caches need a causal model"):
         lm(causal=False)(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache(), LMCache()])
-    with pytest.raises(ValueError, match="caches must be a list of 2 LMCache"):
+    with pytest.raises(ValueError, match="caches must be a list of 2 KeyValueCache"):
         model(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache()])
 
 

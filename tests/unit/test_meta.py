@@ -63,6 +63,7 @@ from attnlab.attention import (
     MovingAverageBaseline,
     MultiHeadAttention,
     RollingKVCache,
+    SinkKVCache,
     Traffic,
     alibi_bias,
     alibi_slopes,
@@ -96,6 +97,7 @@ from attnlab.attention import (
     sample_location,
     scaled_dot_product_attention,
     sinusoidal_encoding,
+    sliding_window_mask,
     standard_attention,
     tiled_attention,
     to_float_mask,
@@ -383,6 +385,16 @@ for name, options in LMS.items():
             out = [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4)]
             assert all(c.length == 5 for c in caches)
             return out, params(model)
+
+
+@case("TransformerLM-windows-and-sinks", TransformerLM, LMBlock, SinkKVCache, sliding_window_mask)
+def _lm_windows():
+    model = lm(positions="rope", window=(2, None), sinks=1)
+    caches = model.new_caches()
+    out = [model(ids(B, 5, high=13))]
+    out += [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4, 5)]
+    assert caches[0].cached_length == 1 + 2 and caches[1].cached_length == 6
+    return out, params(model)
 
 
 @case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)

@@ -47,11 +47,13 @@ from attnlab.attention.linear import (
 )
 from attnlab.attention.local import (
     RollingKVCache,
+    SinkKVCache,
     band_mask,
     band_to_dense,
     banded_attention,
     local_attention,
     receptive_field,
+    sliding_window_mask,
     window_to_dense,
 )
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
@@ -93,6 +95,7 @@ __all__ = [
     "RollingKVCache",
     "ScaledDotScore",
     "Score",
+    "SinkKVCache",
     "Traffic",
     "alibi_bias",
     "alibi_slopes",
@@ -126,6 +129,7 @@ __all__ = [
     "sample_location",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
+    "sliding_window_mask",
     "standard_attention",
     "tiled_attention",
     "to_float_mask",

@@ -18,6 +18,11 @@ the keys and values of the last ``w + 1`` positions: ``RollingKVCache`` keeps th
 fixed size, overwritten in turn. Through ``N`` such layers information still travels ``N * w``
 positions (``receptive_field``).
 
+Attention sinks (chapter 9): a model trained with full attention and served with a window
+loses the first tokens, on which its heads park the weight they do not need (Xiao et al.
+2024, "StreamingLLM"); ``SinkKVCache`` keeps the first ``sinks`` positions besides the window, and
+``sliding_window_mask`` is the same rule as a mask, for a whole sequence at once.
+
 Local attention (chapter 4): a decoder's query ``t`` attends to the ``2w + 1`` source positions
 around a centre ``p_t``, fixed (local-m, ``p_t = t``) or predicted (local-p, with a Gaussian
 factor); the window is gathered, so the cost does not grow with the source length.
@@ -37,11 +42,13 @@ from attnlab.validation import check_int, check_tensor
 
 __all__ = [
     "RollingKVCache",
+    "SinkKVCache",
     "band_mask",
     "band_to_dense",
     "banded_attention",
     "local_attention",
     "receptive_field",
+    "sliding_window_mask",
     "window_to_dense",
 ]
 
@@ -237,6 +244,106 @@ class RollingKVCache:
     def cached_values(self) -> torch.Tensor | None:
         """The filled slots of the values' buffer, ``(B, H, cached_length, Ev)``."""
         return None if self.values is None else self.values[:, :, : self.cached_length]
+
+
+def sliding_window_mask(
+    query_positions: torch.Tensor, key_positions: torch.Tensor, window: int | None, *, sinks: int = 0
+) -> torch.Tensor:
+    """Which keys each query of a decoder sees: ``(N, S)`` bool, True where key ``k`` takes part.
+
+    Defined in chapter 9. Query position ``q`` sees key position ``k`` when ``k <= q`` (causal) and
+    either ``q - k <= window`` (the sliding window; ``None``: every earlier position) or
+    ``k < sinks`` (the first ``sinks`` positions, kept as attention sinks, Xiao et al. 2024).
+    ``query_positions (N,)`` and ``key_positions (S,)`` are integer positions, in any order: a
+    cache that evicts keeps its keys' positions (``SinkKVCache.key_positions``). With
+    ``window=None`` and ``sinks=0`` this is the causal mask; with ``sinks=0``, the causal band of
+    ``band_mask``.
+    """
+    check_tensor("sliding_window_mask", "query_positions", query_positions, kind="long", dim=1, names="(N,)")
+    check_tensor("sliding_window_mask", "key_positions", key_positions, kind="long", dim=1, names="(S,)")
+    check_int("sliding_window_mask", "window", window, low=0, none=True)
+    check_int("sliding_window_mask", "sinks", sinks, low=0)
+    # listing: sink-mask
+    q, k = query_positions[:, None], key_positions[None, :]  # (N, 1), (1, S)
+    seen = k <= q  # causal
+    if window is not None:
+        seen = seen & ((q - k <= window) | (k < sinks))  # the window, and the sinks
+    return seen  # (N, S)
+    # end listing: sink-mask
+
+
+class SinkKVCache:
+    """The keys and values of the first ``sinks`` positions and of the last ``window`` (chapter 9).
+
+    StreamingLLM's cache (Xiao et al. 2024): a model served with a sliding window keeps, besides
+    the window, the keys and values of the first few tokens, the "attention sinks" on which its
+    heads put the weight they need to put somewhere. ``sinks=0`` is a plain sliding window. Each
+    ``append`` returns every key the new queries may need (the held ones and the new ones), then
+    evicts those no later query can see: what remains is at most ``sinks + window`` positions, the
+    same after a million tokens as after a hundred. Keys keep the positions they were given
+    (rotary keys are rotated before they are cached); ``key_positions`` are those of the keys the
+    last ``append`` returned, from which ``sliding_window_mask`` makes the new queries' mask.
+
+    Shapes: ``append(key (B, G, n, E), value (B, G, n, Ev))`` -> ``(B, G, h + n, E)`` and
+    ``(B, G, h + n, Ev)``, ``h`` the positions held before; ``key_positions (h + n,)``. A
+    ``KeyValueCache``: ``cached_keys``, ``cached_values`` and ``cached_length`` describe what is
+    held after eviction, and ``nbytes`` counts it.
+    """
+
+    def __init__(self, window: int, sinks: int = 0):
+        self.window = check_int("SinkKVCache", "window", window)
+        self.sinks = check_int("SinkKVCache", "sinks", sinks, low=0)
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.held: list[int] = []  # positions of the held keys, in order
+        self.key_positions: torch.Tensor | None = None
+        self.length = 0  # positions appended so far
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("SinkKVCache", "key", key, kind="float", dim=4, names="(B, G, n, E)")
+        B, G, n, _ = key.shape
+        check_tensor("SinkKVCache", "value", value, kind="float", shape=(B, G, n, None), names=f"({B}, {G}, {n}, Ev)")
+        keys, values = key, value
+        if self.keys is not None and self.values is not None:
+            if key.shape[:2] != self.keys.shape[:2] or key.shape[-1] != self.keys.shape[-1]:
+                raise ValueError(
+                    f"SinkKVCache: key must have the batch, heads and size of the cached ones, "
+                    f"{tuple(self.keys.shape)}; got {tuple(key.shape)}"
+                )
+            keys = torch.cat([self.keys, key], dim=2)  # (B, G, h + n, E)
+            values = torch.cat([self.values, value], dim=2)  # (B, G, h + n, Ev)
+        positions = self.held + list(range(self.length, self.length + n))  # of keys' columns, in order
+        self.length += n
+        self.key_positions = torch.tensor(positions, dtype=torch.long, device=key.device)  # (h + n,)
+        # listing: sink-cache
+        # Evict what no later query (at self.length or after) can see: keep the sinks and the window.
+        sinks = sum(p < self.sinks for p in positions)  # the first columns
+        recent = sum(p >= max(self.sinks, self.length - self.window) for p in positions)  # the last ones
+        self.held = positions[:sinks] + positions[len(positions) - recent :]
+        self.keys = torch.cat([keys[:, :, :sinks], keys[:, :, keys.shape[2] - recent :]], dim=2)
+        self.values = torch.cat([values[:, :, :sinks], values[:, :, values.shape[2] - recent :]], dim=2)
+        # end listing: sink-cache
+        return keys, values
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the held keys and values (0 before the first ``append``)."""
+        return tensor_bytes(self.keys, self.values)
+
+    @property
+    def cached_length(self) -> int:
+        """The positions held: at most ``sinks + window``."""
+        return len(self.held)
+
+    @property
+    def cached_keys(self) -> torch.Tensor | None:
+        """The held keys, ``(B, G, cached_length, E)``."""
+        return self.keys
+
+    @property
+    def cached_values(self) -> torch.Tensor | None:
+        """The held values, ``(B, G, cached_length, Ev)``."""
+        return self.values
 
 
 # --- Luong et al. (2015): local attention in a sequence-to-sequence decoder (chapter 4) -----------

@@ -13,11 +13,15 @@ of ``LMConfig``:
   ``"rope"`` rotating queries and keys, ``"alibi"`` biasing the scores (chapter 8), or
   ``"none"``;
 - ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
-- ``attention``: ``"softmax"`` or ``"linear"`` (Katharopoulos et al. 2020).
+- ``attention``: ``"softmax"`` or ``"linear"`` (Katharopoulos et al. 2020);
+- ``window``: sliding-window attention in every layer (an int) or in some (one entry per layer,
+  ``None`` for a global one: Gemma 2 and 3 interleave local and global layers), and ``sinks``,
+  the first positions a window always keeps (chapter 9).
 
-A decoder-only model generates with a cache (``LMCache``, one per block): the keys and values of
-every earlier position for softmax attention, the constant-size state ``(S, z)`` for linear
-attention.
+A decoder-only model generates with a cache per block (``new_caches``): ``LMCache`` holds the keys
+and values of every earlier position for softmax attention, the constant-size state ``(S, z)``
+for linear attention; a windowed layer's ``SinkKVCache`` holds its window and sinks only. Any
+``KeyValueCache`` can take a softmax layer's place (chapter 9 passes paged ones).
 
 Shapes: tokens ``(B, N)``; logits ``(B, N, V)``; ``D = d_model``, ``H`` query heads, ``G`` key and
 value heads of size ``E = D / H``.
@@ -31,13 +35,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnlab.attention.cache import KeyValueCache
 from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, repeat_kv
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
-from attnlab.attention.masking import causal_mask
-from attnlab.attention.positional import alibi_bias, rotary_embedding, sinusoidal_encoding
+from attnlab.attention.local import SinkKVCache, sliding_window_mask
+from attnlab.attention.positional import alibi_slopes, rotary_embedding, sinusoidal_encoding
 from attnlab.models.caches import LMCache
 from attnlab.models.position_wise import FeedForward
-from attnlab.validation import check_choice, check_int, check_number, check_tensor
+from attnlab.validation import check_choice, check_int, check_number, check_tensor, describe
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -61,7 +66,10 @@ class LMConfig:
     ``max_len`` bounds the positions of the ``"sinusoidal"`` and ``"learned"`` tables (a
     learned vector exists for each of them, but only those of the positions seen in training
     are ever trained); rotary and ALiBi positions have no table and no bound.
-    ``num_kv_heads=None`` means ``num_heads`` (multi-head attention).
+    ``num_kv_heads=None`` means ``num_heads`` (multi-head attention). ``window``: ``None`` (every
+    layer global), an int (every layer sees its ``window`` previous positions and its own), or a
+    tuple with an int or ``None`` per layer; ``sinks``: the first positions every windowed layer
+    also sees (chapter 9).
     """
 
     vocab_size: int
@@ -75,6 +83,8 @@ class LMConfig:
     causal: bool = True
     max_len: int = 1024
     dropout: float = 0.0
+    window: int | tuple[int | None, ...] | None = None
+    sinks: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -96,25 +106,45 @@ class LMConfig:
         if self.attention == "linear" and self.positions == "alibi":
             raise ValueError("LMConfig: ALiBi biases the softmax's scores; linear attention has none to bias")
         check_number("LMConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
+        if isinstance(self.window, tuple):
+            if len(self.window) != self.num_layers:
+                raise ValueError(
+                    f"LMConfig: window must have one entry per layer ({self.num_layers}), got {len(self.window)}"
+                )
+            for w in self.window:
+                check_int("LMConfig", "window", w, low=0, none=True, note="an int, None, or a tuple of them")
+        else:
+            check_int("LMConfig", "window", self.window, low=0, none=True, note="an int, None, or a tuple of them")
+        check_int("LMConfig", "sinks", self.sinks, low=0)
+        if any(w is not None for w in self.layer_windows) and (self.attention != "softmax" or not self.causal):
+            raise ValueError("LMConfig: a window needs causal softmax attention")
+        if self.sinks and all(w is None for w in self.layer_windows):
+            raise ValueError(f"LMConfig: sinks ({self.sinks}) need a window to be kept beside")
 
     @property
     def kv_heads(self) -> int:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's window (``None``: global)."""
+        return self.window if isinstance(self.window, tuple) else (self.window,) * self.num_layers
 
 
 class LMBlock(nn.Module):
     """A pre-LN Transformer block with rotary/ALiBi positions, grouped keys and values, softmax or
     linear attention (chapter 8). ``x (B, N, D)`` at positions ``start, ..., start + N - 1``."""
 
-    def __init__(self, config: LMConfig):
+    def __init__(self, config: LMConfig, window: int | None = None):
         super().__init__()
         c = self.config = config
+        self.window = window
         self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
         self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, "gelu")
         self.dropout = nn.Dropout(c.dropout)
 
-    def attend(self, h: torch.Tensor, start: int = 0, cache: LMCache | None = None) -> torch.Tensor:
+    def attend(self, h: torch.Tensor, start: int = 0, cache: KeyValueCache | None = None) -> torch.Tensor:
         """The attention sub-layer's output ``(B, N, D)`` for ``h (B, N, D)``; updates ``cache``."""
         c = self.config
         q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
@@ -128,25 +158,29 @@ class LMBlock(nn.Module):
             if cache is None:
                 out = linear_attention(q, k, v, causal=c.causal)
             else:  # the recurrent form: a state of fixed size
+                if not isinstance(cache, LMCache):
+                    raise TypeError(f"LMBlock: linear attention keeps its state in an LMCache, got {describe(cache)}")
                 out, cache.state = linear_attention_recurrent(q, k, v, cache.state)
         else:
-            if cache is not None:  # append to the keys and values of earlier positions
-                if cache.key is not None and cache.value is not None:
-                    k = torch.cat([cache.key, k], dim=2)  # (B, G, t, E) + (B, G, N, E) -> (B, G, t + N, E)
-                    v = torch.cat([cache.value, v], dim=2)
-                cache.key, cache.value = k, v
+            if cache is not None:  # the keys and values of earlier positions, then these
+                k, v = cache.append(k, v)  # (B, G, t + N, E)
             S = k.shape[2]
-            mask = causal_mask(N, S, align="bottom-right", device=h.device) if c.causal else None  # (N, S)
-            if c.positions == "alibi":  # -m_h |i - j|, and -inf where the causal mask is False
-                bias = alibi_bias(H, N, S, device=h.device).to(q.dtype)  # (H, N, S)
+            queries = torch.arange(start, start + N, device=h.device)  # (N,) positions
+            keys = getattr(cache, "key_positions", None)  # a cache that evicts knows its keys' positions
+            if keys is None:
+                keys = torch.arange(start + N - S, start + N, device=h.device)  # (S,)
+            mask = sliding_window_mask(queries, keys, self.window, sinks=c.sinks) if c.causal else None  # (N, S)
+            if c.positions == "alibi":  # -m_h |i - j|, and -inf where the mask is False
+                distance = (queries[:, None] - keys[None, :]).abs().to(q.dtype)  # (N, S)
+                bias = -alibi_slopes(H, device=h.device).to(q.dtype)[:, None, None] * distance  # (H, N, S)
                 mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
             out = grouped_query_attention(q, k, v, mask, backend=self.attn.backend)  # (B, H, N, E)
         # end listing: block
-        if cache is not None:
+        if isinstance(cache, LMCache):  # the positions seen (other caches count their own)
             cache.length += N
         return self.attn.out_proj(out.transpose(1, 2).reshape(B, N, H * E))  # (B, H, N, E) -> (B, N, D)
 
-    def forward(self, x: torch.Tensor, start: int = 0, cache: LMCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int = 0, cache: KeyValueCache | None = None) -> torch.Tensor:
         x = x + self.dropout(self.attend(self.norm1(x), start, cache))
         return x + self.dropout(self.ff(self.norm2(x)))
 
@@ -172,28 +206,31 @@ class TransformerLM(nn.Module):
             self.register_buffer("pe", sinusoidal_encoding(c.max_len, c.d_model), persistent=False)
         elif c.positions == "learned":
             self.pe = nn.Parameter(torch.randn(c.max_len, c.d_model) * 0.02)
-        self.blocks = nn.ModuleList(LMBlock(c) for _ in range(c.num_layers))
+        self.blocks = nn.ModuleList(LMBlock(c, w) for w in c.layer_windows)
         self.norm = nn.LayerNorm(c.d_model)
         self.head = nn.Linear(c.d_model, c.vocab_size)
 
-    def new_caches(self) -> list[LMCache]:
-        """One empty ``LMCache`` per block."""
-        return [LMCache() for _ in self.blocks]
+    def new_caches(self) -> list[KeyValueCache]:
+        """One empty cache per block: an ``LMCache``, or a ``SinkKVCache`` for a windowed layer."""
+        c = self.config
+        return [LMCache() if w is None else SinkKVCache(w, c.sinks) for w in c.layer_windows]
 
-    def forward(self, tokens: torch.Tensor, start: int = 0, caches: list[LMCache] | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, start: int = 0, caches: list[KeyValueCache] | None = None) -> torch.Tensor:
         c = self.config
         check_tensor("TransformerLM", "tokens", tokens, kind="long", dim=2, names="(B, N)", note="token ids")
         check_int("TransformerLM", "start", start, low=0)
         if caches is not None:
             if not self.config.causal:
                 raise ValueError("TransformerLM: caches need a causal model (an encoder sees every position at once)")
-            if not isinstance(caches, list):
+            if not isinstance(caches, list) or not all(isinstance(x, KeyValueCache) for x in caches):
                 raise TypeError(
-                    f"TransformerLM: caches must be a list of LMCache (new_caches()), got {type(caches).__name__}"
+                    f"TransformerLM: caches must be a list of KeyValueCache (new_caches()), got {describe(caches)}"
                 )
+            if c.attention == "linear" and not all(isinstance(x, LMCache) for x in caches):
+                raise TypeError("TransformerLM: linear attention keeps its state in LMCache (new_caches())")
             if len(caches) != len(self.blocks):
                 raise ValueError(
-                    f"TransformerLM: caches must be a list of {len(self.blocks)} LMCache (new_caches()), "
+                    f"TransformerLM: caches must be a list of {len(self.blocks)} KeyValueCache (new_caches()), "
                     f"got {len(caches)}"
                 )
         end = start + tokens.shape[1]
