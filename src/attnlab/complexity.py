@@ -18,6 +18,11 @@ as two FLOPs, as in ``torch.utils.flop_counter``), ``table_row`` the other two c
 of repeats) and records its peak memory: ``torch.cuda.max_memory_allocated`` on CUDA, and on
 the CPU the largest total of live tensor bytes seen by the profiler. ``count_flops`` runs a
 function under ``FlopCounterMode``; ``fit_slope`` fits the exponent of a power law.
+
+Chapter 9 adds the cost of a decoder's forward pass while it serves (``decoder_pass_cost``):
+the FLOPs of ``new_tokens`` tokens after a cache of ``cache_length``, the bytes of weights and
+cache it reads, and their ratio, the arithmetic intensity that places prefill and decode on a
+roofline.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from attnlab.validation import check_int, check_ints
 __all__ = [
     "LAYERS",
     "Measurement",
+    "PassCost",
     "attention_memory",
     "count_flops",
+    "decoder_pass_cost",
     "fit_slope",
     "layer_flops",
     "measure",
@@ -262,3 +269,52 @@ def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     ly = [math.log(y) for y in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """FLOPs and bytes of one forward pass (``decoder_pass_cost``); ``intensity`` = FLOPs per byte."""
+
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+def decoder_pass_cost(
+    *,
+    params: int,
+    num_layers: int,
+    d_model: int,
+    kv_bytes_per_token: int,
+    new_tokens: int,
+    cache_length: int = 0,
+    batch: int = 1,
+    bytes_per_param: int = 2,
+) -> PassCost:
+    """The FLOPs and the bytes moved by one forward pass of a decoder-only model (chapter 9).
+
+    ``batch`` sequences each feed ``new_tokens`` tokens after ``cache_length`` cached ones: prefill
+    is ``cache_length = 0`` and ``new_tokens`` the prompt's length; a decoding step is
+    ``new_tokens = 1``. FLOPs: ``2 * params`` per token for the matrix products (a multiply-add
+    is two FLOPs; the embedding lookup is counted as a product, a slight overcount), and per
+    layer ``4 * d_model`` for each (query, key) pair the causal mask lets through (``2 d`` for the
+    scores, ``2 d`` for the weighted sum, over all heads). Bytes: the weights, read once per pass
+    whatever the batch (``params * bytes_per_param``), and each sequence's cache, read and its
+    new positions written (``kv_bytes_per_token`` per position, all layers). Activations are left
+    out: at these sizes they stay in the chip's caches. The ratio, ``intensity``, says whether a
+    pass is limited by arithmetic or by memory (Williams et al. 2009, the roofline model).
+    """
+    check_ints("decoder_pass_cost", params=params, num_layers=num_layers, d_model=d_model)
+    check_ints("decoder_pass_cost", kv_bytes_per_token=kv_bytes_per_token, new_tokens=new_tokens, batch=batch)
+    check_ints("decoder_pass_cost", bytes_per_param=bytes_per_param)
+    check_int("decoder_pass_cost", "cache_length", cache_length, low=0)
+    # listing: pass-cost
+    pairs = new_tokens * cache_length + new_tokens * (new_tokens + 1) // 2  # causal (query, key) pairs
+    flops = batch * (2 * params * new_tokens + 4 * num_layers * d_model * pairs)
+    weights = params * bytes_per_param  # read once, shared by the batch
+    cache = batch * kv_bytes_per_token * (cache_length + new_tokens)  # read, and the new positions written
+    # end listing: pass-cost
+    return PassCost(flops, weights + cache)

@@ -13,6 +13,7 @@ from attnlab.attention import scaled_dot_product_attention
 from attnlab.complexity import (
     attention_memory,
     count_flops,
+    decoder_pass_cost,
     fit_slope,
     layer_flops,
     measure,
@@ -154,3 +155,28 @@ def test_errors_name_the_argument():
         measure(3)
     with pytest.raises(ValueError, match="every x and y must be positive"):
         fit_slope([1, 2], [0, 1])
+
+
+def test_the_pass_cost_counts_a_decoders_flops_and_bytes():
+    """A hand count: 1000 parameters, 2 layers of d = 8, 16 bytes of cache per position."""
+    shape = dict(params=1000, num_layers=2, d_model=8, kv_bytes_per_token=16)
+    prefill = decoder_pass_cost(**shape, new_tokens=4)
+    assert prefill.flops == 2 * 1000 * 4 + 4 * 2 * 8 * (1 + 2 + 3 + 4)  # causal pairs: 10
+    assert prefill.bytes == 2 * 1000 + 16 * 4
+    step = decoder_pass_cost(**shape, new_tokens=1, cache_length=4, batch=3)
+    assert step.flops == 3 * (2 * 1000 + 4 * 2 * 8 * 5)
+    assert step.bytes == 2 * 1000 + 3 * 16 * 5  # the weights once, each sequence's cache
+    assert step.intensity == step.flops / step.bytes
+    # decoding one token reads every weight for two FLOPs each: about one FLOP per byte of fp16
+    big = dict(params=8_000_000_000, num_layers=32, d_model=4096, kv_bytes_per_token=131072)
+    alone = decoder_pass_cost(**big, new_tokens=1, cache_length=100)
+    assert 0.9 < alone.intensity < 1.1
+    batched = decoder_pass_cost(**big, new_tokens=1, cache_length=100, batch=64)
+    assert 50 < batched.intensity < 64  # the batch shares the weights
+    assert decoder_pass_cost(**big, new_tokens=4096).intensity > 2000  # prefill
+    with pytest.raises(ValueError, match="decoder_pass_cost: new_tokens must be an int >= 1, got 0"):
+        decoder_pass_cost(**shape, new_tokens=0)
+    with pytest.raises(ValueError, match="decoder_pass_cost: cache_length must be an int >= 0"):
+        decoder_pass_cost(**shape, new_tokens=1, cache_length=-1)
+    with pytest.raises(TypeError, match="decoder_pass_cost: params must be an int"):
+        decoder_pass_cost(**{**shape, "params": 1.5}, new_tokens=1)
