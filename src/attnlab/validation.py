@@ -36,7 +36,9 @@ import torch
 
 __all__ = [
     "check_attn_mask",
+    "check_bool",
     "check_choice",
+    "check_dtype",
     "check_int",
     "check_int_sequence",
     "check_ints",
@@ -209,6 +211,20 @@ def check_choice(where: str, arg: str, value: object, choices: Collection[object
     """``value`` as one of ``choices`` (compared with ``==``; a wrong type is just not a choice)."""
     if not any(type(value) is type(c) and value == c for c in choices):
         raise ValueError(f"{where}: {arg} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_bool(where: str, arg: str, value: object) -> bool:
+    """``value`` as a ``bool`` (a flag): ``0``, ``1`` or ``None`` are not flags."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: {arg} must be a bool, got {describe(value)}")
+    return value
+
+
+def check_dtype(where: str, arg: str, value: object) -> torch.dtype:
+    """``value`` as a ``torch.dtype`` (``torch.float16``, not the string ``"float16"``)."""
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{where}: {arg} must be a torch.dtype, got {type(value).__name__}")
     return value
 
 

@@ -62,6 +62,7 @@ from attnlab.attention import (
     LearnedPositionalEmbedding,
     MovingAverageBaseline,
     MultiHeadAttention,
+    MultiHeadLatentAttention,
     RollingKVCache,
     SinkKVCache,
     Traffic,
@@ -82,6 +83,7 @@ from attnlab.attention import (
     grouped_query_attention,
     hard_attend,
     kv_cache_bytes_per_token,
+    latent_cache_bytes_per_token,
     linear_attention,
     linear_attention_recurrent,
     linear_attention_weights,
@@ -756,6 +758,27 @@ for kv_heads in (1, 2, 4):
         gqa = on_meta(GroupedQueryAttention(E, 4, kv_heads))
         x = randn(B, S, E, grad=True)
         return gqa(x, is_causal=True), [*params(gqa), x]
+
+
+for absorb in (False, True):
+    for query_latent_dim in (None, 6):
+
+        @case(
+            f"MultiHeadLatentAttention-{'absorbed' if absorb else 'plain'}-query-latent-{query_latent_dim}",
+            MultiHeadLatentAttention,
+            latent_cache_bytes_per_token,
+        )
+        def _mla(absorb=absorb, query_latent_dim=query_latent_dim):
+            mla = on_meta(
+                MultiHeadLatentAttention(E, 4, latent_dim=5, rope_dim=4, query_latent_dim=query_latent_dim, bias=True)
+            )
+            x, cache = randn(B, S, E, grad=True), LMCache()
+            whole = mla(x, absorb=absorb), mla(x, causal=False, absorb=absorb)
+            steps = [mla(x[:, :3], 0, cache, absorb=absorb)] + [
+                mla(x[:, t : t + 1], t, cache, absorb=absorb) for t in range(3, S)
+            ]
+            assert cache.nbytes == B * S * latent_cache_bytes_per_token(1, 5, 4)  # sizes, read without the values
+            return (whole, steps), [*params(mla), x]
 
 
 @case("sliding-window-generation", RollingKVCache, receptive_field, tensor_bytes)

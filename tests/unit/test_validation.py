@@ -15,7 +15,9 @@ import torch
 
 import attnlab
 from attnlab.validation import (
+    check_bool,
     check_choice,
+    check_dtype,
     check_int,
     check_int_sequence,
     check_ints,
@@ -88,6 +90,16 @@ def test_check_choice_and_sequences():
         check_int_sequence("f", "sizes", (1, True))
     with pytest.raises(ValueError, match=r"non-empty, each >= 1; got \(1, 0\)"):
         check_int_sequence("f", "sizes", (1, 0))
+
+
+def test_check_bool_and_dtype():
+    assert check_bool("f", "flag", False) is False
+    for bad in (0, 1, None, "yes"):
+        with pytest.raises(TypeError, match=r"^f: flag must be a bool, got "):
+            check_bool("f", "flag", bad)
+    assert check_dtype("f", "dtype", torch.float16) is torch.float16
+    with pytest.raises(TypeError, match=r"^f: dtype must be a torch\.dtype, got str$"):
+        check_dtype("f", "dtype", "float16")
 
 
 def test_check_tensor():

@@ -13,6 +13,8 @@
 - ``positional``: sinusoidal and learned positional encodings, the relative rotation M_k, and
   the positions of today's models: rotary embeddings (RoPE) and ALiBi's biases (chapter 8).
 - ``grouped``: multi-query and grouped-query attention, keys and values shared across heads.
+- ``latent``: multi-head latent attention (DeepSeek-V2, chapter 9): keys and values decompressed
+  from one cached latent per token, a decoupled rotary key, and weight absorption.
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
 - ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
@@ -39,6 +41,7 @@ from attnlab.attention.hard import (
     reinforce_loss,
     sample_location,
 )
+from attnlab.attention.latent import MultiHeadLatentAttention, latent_cache_bytes_per_token
 from attnlab.attention.linear import (
     elu_feature_map,
     linear_attention,
@@ -92,6 +95,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "MovingAverageBaseline",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "RollingKVCache",
     "ScaledDotScore",
     "Score",
@@ -114,6 +118,7 @@ __all__ = [
     "grouped_query_attention",
     "hard_attend",
     "kv_cache_bytes_per_token",
+    "latent_cache_bytes_per_token",
     "linear_attention",
     "linear_attention_recurrent",
     "linear_attention_weights",

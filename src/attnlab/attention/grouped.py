@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from attnlab.attention.core import BACKENDS, scaled_dot_product_attention
-from attnlab.validation import check_choice, check_int, check_ints, check_tensor
+from attnlab.validation import check_choice, check_dtype, check_int, check_ints, check_tensor
 
 __all__ = ["GroupedQueryAttention", "grouped_query_attention", "kv_cache_bytes_per_token", "repeat_kv"]
 
@@ -78,8 +78,7 @@ def kv_cache_bytes_per_token(
     Defined in chapter 8, where it is checked against the caches' own tensors.
     """
     check_ints("kv_cache_bytes_per_token", num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"kv_cache_bytes_per_token: dtype must be a torch.dtype, got {type(dtype).__name__}")
+    check_dtype("kv_cache_bytes_per_token", "dtype", dtype)
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
