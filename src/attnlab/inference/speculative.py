@@ -37,11 +37,38 @@ Shapes: ``P`` prompt tokens, ``K = draft_length`` proposals per round, ``V`` the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
+from torch import nn
 
-from attnlab.validation import check_number, check_tensor, describe
+from attnlab.validation import check_int, check_number, check_tensor, describe
 
-__all__ = ["verify_draft"]
+__all__ = ["SpeculativeResult", "speculative_decode", "verify_draft"]
+
+Model = Callable[[torch.Tensor], torch.Tensor]  # tokens (B, n) -> logits (B, n, V), causal
+
+
+@dataclass(frozen=True)
+class SpeculativeResult:
+    """What ``speculative_decode`` returns (chapter 9).
+
+    ``tokens (1, P + steps)``: the prompt and the new tokens. ``target_passes`` and
+    ``draft_passes``: the forward passes each model made. ``accepted``: the number of draft
+    tokens the target accepted in each round (one round per target pass).
+    """
+
+    tokens: torch.Tensor
+    target_passes: int
+    draft_passes: int
+    accepted: tuple[int, ...]
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        """``steps / target_passes``: plain decoding makes 1; NaN when nothing was generated."""
+        steps = sum(self.accepted) + len(self.accepted)  # a round adds its accepted tokens and one more
+        return steps / self.target_passes if self.target_passes else float("nan")
 
 
 def _check_generator(where: str, generator: object, device: torch.device) -> torch.Generator | None:
@@ -110,3 +137,104 @@ def verify_draft(
     next_token = torch.multinomial(residual, 1, generator=generator).squeeze(-1)  # (B,)
     # end listing: verify
     return accepted, next_token
+
+
+def _logits(where: str, name: str, model: Model, tokens: torch.Tensor, vocab: int | None) -> torch.Tensor:
+    """``model(tokens)``, checked: logits ``(1, n, V)`` for tokens ``(1, n)``, ``V = vocab`` when given."""
+    logits = model(tokens)
+    n = tokens.shape[1]
+    wanted = f"(1, n, V) = (1, {n}, {'V' if vocab is None else vocab})"
+    check_tensor(where, f"{name}'s logits", logits, kind="float", dim=3, names="(B, n, V)", note=f"for tokens (1, {n})")
+    if logits.shape[:2] != (1, n):
+        raise ValueError(f"{where}: {name}'s logits must have shape {wanted}, got {tuple(logits.shape)}")
+    if vocab is not None and logits.shape[2] != vocab:
+        raise ValueError(
+            f"{where}: target and draft must share one vocabulary, got V = {logits.shape[2]} from {name} "
+            f"and {vocab} from the {'draft' if name == 'target' else 'target'}"
+        )
+    return logits
+
+
+@torch.no_grad()
+def speculative_decode(
+    target: Model,
+    draft: Model,
+    prompt: torch.Tensor,
+    steps: int,
+    *,
+    draft_length: int = 4,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> SpeculativeResult:
+    """``steps`` tokens after ``prompt (1, P)`` from ``target``, sped up by ``draft`` (chapter 9).
+
+    ``target`` and ``draft`` map tokens ``(B, n)`` to logits ``(B, n, V)`` with a causal mask and
+    one vocabulary (a causal ``TransformerLM`` is one; an ``nn.Module`` is put in eval mode, as
+    ``generate`` does). Each round the draft proposes ``draft_length`` tokens, the target scores
+    them all in one pass, and ``verify_draft`` keeps what the target agrees with, plus one token
+    of the target's. The last round proposes fewer, so that exactly ``steps`` tokens come out.
+
+    ``temperature=0`` returns the target's greedy decoding, token for token
+    (``attnlab.models.generate(target, prompt, steps, temperature=0)``, which makes ``steps``
+    target passes); ``temperature > 0`` samples every token from the target's
+    ``softmax(logits / temperature)``, drawing with ``generator``. The batch has one row, since
+    each row would accept a different number of tokens. Runs where the models are (``prompt``
+    and ``generator`` on their device); the one host read per round is the accepted count.
+    """
+    where = "speculative_decode"
+    for name, model in (("target", target), ("draft", draft)):
+        if not callable(model):
+            raise TypeError(
+                f"{where}: {name} must be a model (tokens (B, n) -> logits (B, n, V)), got {describe(model)}"
+            )
+    check_tensor(where, "prompt", prompt, kind="long", dim=2, names="(1, P)", note="token ids")
+    if prompt.shape[0] != 1:
+        raise ValueError(
+            f"{where}: prompt must have batch size 1, shape (1, P), got {tuple(prompt.shape)}: each row would "
+            "accept a different number of draft tokens (decode rows one at a time)"
+        )
+    if prompt.shape[1] < 1:
+        raise ValueError(f"{where}: prompt must hold at least one token, shape (1, P >= 1), got {tuple(prompt.shape)}")
+    check_int(where, "steps", steps, low=0)
+    check_int(where, "draft_length", draft_length)
+    check_number(where, "temperature", temperature, low=0)
+    generator = _check_generator(where, generator, prompt.device)
+    for model in (target, draft):
+        if isinstance(model, nn.Module):
+            model.eval()
+
+    tokens = prompt  # (1, t): the accepted sequence so far
+    vocab: int | None = None  # checked on each model's first pass
+    target_checked = draft_checked = False
+    target_passes = draft_passes = 0
+    accepted: list[int] = []
+    while tokens.shape[1] - prompt.shape[1] < steps:
+        t = tokens.shape[1]
+        k = min(draft_length, steps - (t - prompt.shape[1]) - 1)  # a round yields at most k + 1 tokens
+        # listing: round
+        sequence, proposals = tokens, []
+        for _ in range(k):  # the draft proposes k tokens, one pass each
+            logits = draft(sequence) if draft_checked else _logits(where, "draft", draft, sequence, vocab)
+            draft_checked, vocab = True, logits.shape[2]
+            logits = logits[:, -1]  # (1, V): the draft's next-token logits
+            if temperature == 0:
+                x = logits.argmax(dim=-1, keepdim=True)  # (1, 1)
+            else:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)  # (1, V)
+                x = torch.multinomial(probs, 1, generator=generator)  # (1, 1)
+            proposals.append(logits)
+            sequence = torch.cat([sequence, x], dim=1)  # (1, t + i + 1)
+        # one target pass over prefix + proposals: its logits after positions t - 1, ..., t + k - 1
+        logits = target(sequence) if target_checked else _logits(where, "target", target, sequence, vocab)
+        target_checked, vocab = True, logits.shape[2]
+        target_logits = logits[:, t - 1 :]  # (1, k + 1, V)
+        draft_logits = torch.stack(proposals, dim=1) if k else target_logits[:, :0]  # (1, k, V)
+        n, next_token = verify_draft(
+            target_logits, draft_logits, sequence[:, t:], temperature=temperature, generator=generator
+        )
+        n_accepted = int(n.item())  # the round's one host read: how long the sequence is now
+        tokens = torch.cat([sequence[:, : t + n_accepted], next_token.view(1, 1)], dim=1)
+        # end listing: round
+        target_passes, draft_passes = target_passes + 1, draft_passes + k
+        accepted.append(n_accepted)
+    return SpeculativeResult(tokens, target_passes, draft_passes, tuple(accepted))
