@@ -1768,6 +1768,241 @@ def online_softmax() -> Figure:
     return f
 
 
+# chapter 9 ----------------------------------------------------------------------------------
+BLOCK = 4  # token slots per block in the paged cache's figure
+PAGED = {"A": (7, [1, 4]), "B": (10, [0, 6, 3]), "C": (2, [7])}  # request: (tokens, its block table)
+POOL = 8  # physical blocks in the pool
+
+
+def _slots(f: Figure, x: float, y: float, filled: int, *, cell: float = 16, half: float = 10,
+           faint: bool = False) -> Box:
+    """A block of the paged cache: BLOCK slots, each a token's key (top) over its value (bottom)."""
+    for j in range(BLOCK):
+        for k, role in enumerate(("key", "value")):
+            r = ROLES[role]
+            if faint:
+                fill, stroke = "#eef1f5", FAINT
+            else:
+                fill, stroke = (r.fill if j < filled else "#ffffff"), r.stroke
+            f.rect(x + j * cell, y + k * half, cell, half, fill=fill, stroke=stroke, width=0.9)
+    return f.rect(x, y, BLOCK * cell, 2 * half, stroke=FAINT if faint else LINE, width=1.4)
+
+
+@figure("paged-kv-cache")
+def paged_kv_cache() -> Figure:
+    """Chapter 9: PagedAttention's block tables map each request's logical blocks into one shared pool."""
+    used = {p: (name, i) for name, (_, table) in PAGED.items() for i, p in enumerate(table)}
+    empty = sum(len(table) * BLOCK - n for n, table in PAGED.values())
+    slots = sum(len(table) * BLOCK for _, table in PAGED.values())
+    f = Figure(540, 450, "A paged key/value cache: logical blocks, block tables, one pool of physical blocks",
+               f"Three requests of {', '.join(str(n) for n, _ in PAGED.values())} tokens hold their keys and "
+               f"values in blocks of {BLOCK} token slots; only each request's last block is partly filled. Each "
+               f"request's block table maps its logical blocks 0, 1, 2 to physical block numbers: A to "
+               f"{', '.join(map(str, PAGED['A'][1]))}, B to {', '.join(map(str, PAGED['B'][1]))}, C to "
+               f"{', '.join(map(str, PAGED['C'][1]))}. The physical blocks lie scattered, not contiguous, in one "
+               f"shared pool of {POOL}; blocks {', '.join(str(p) for p in range(POOL) if p not in used)} are free. "
+               f"The waste is only the empty slots of the last blocks: {empty} of {slots}.")
+    f.text(20, 30, "logical blocks", anchor="start", bold=True)
+    f.text(20, 48, "per request", anchor="start", size=SMALL, color=MUTED)
+    f.text(156, 30, "block tables", anchor="start", bold=True)
+    f.text(156, 48, "logical → physical", anchor="start", size=SMALL, color=MUTED)
+    f.text(318, 30, "physical blocks", anchor="start", bold=True)
+    f.text(318, 48, f"one pool of {POOL}, shared", anchor="start", size=SMALL, color=MUTED)
+    pitch, bx, tx, tw = 28, 40, 156, 26
+    y, rows = 68, {}
+    for name, (n, table) in PAGED.items():
+        f.text(20, y + 14, f"request {name}: {n} tokens", anchor="start", size=SMALL)
+        y += 22
+        for i, p in enumerate(table):
+            filled = min(BLOCK, n - i * BLOCK)
+            f.label(bx - 10, y + 10, str(i), size=SMALL, color=MUTED)
+            block = _slots(f, bx, y, filled)
+            f.arrow(block.east, (tx - 1, y + 10))
+            f.rect(tx, y, tw, 20, fill="#ffffff", stroke=LINE, width=1)
+            f.rect(tx + tw, y, tw, 20, fill=ROLES["state"].fill, stroke=LINE, width=1)
+            f.label(tx + tw / 2, y + 10, str(i), size=SMALL, color=MUTED)
+            f.label(tx + 1.5 * tw, y + 10, str(p), size=SMALL, bold=True)
+            rows[p] = y + 10
+            y += pitch
+        y += 10
+    # the pool: physical block p at one row each, its number in a cell, then its slots
+    first, last = 90, y - 10 - pitch  # the tops of the first and the last logical block
+    px, ppitch = 318, (last - first) / (POOL - 1)
+    for p in range(POOL):
+        py = first + p * ppitch
+        f.rect(px, py, 22, 20, fill=ROLES["state"].fill if p in used else "#eef1f5",
+               stroke=LINE if p in used else FAINT, width=1)
+        f.label(px + 11, py + 10, str(p), size=SMALL, bold=p in used, color=INK if p in used else MUTED)
+        if p in used:
+            name, i = used[p]
+            n = PAGED[name][0]
+            _slots(f, px + 28, py, min(BLOCK, n - i * BLOCK))
+            f.text(px + 28 + BLOCK * 16 + 8, py + 15, f"{name}, block {i}", anchor="start", size=SMALL)
+            f.arrow((tx + 2 * tw, rows[p]), (px - 1, py + 10), width=1.2)
+        else:
+            _slots(f, px + 28, py, 0, faint=True)
+            f.text(px + 28 + BLOCK * 16 + 8, py + 15, "free", anchor="start", size=SMALL, color=MUTED)
+    # what a slot is, and where the waste is
+    y = 360
+    f.rect(12, y - 14, 516, 1, fill=CARD_EDGE, stroke="none")
+    _slots(f, 20, y, 1)
+    f.text(96, y + 7, f"a block: {BLOCK} token slots, each holding one token's key",
+           anchor="start", size=SMALL)
+    f.text(96, y + 24, "(top) and value (bottom); white: an empty slot", anchor="start", size=SMALL)
+    f.text(20, y + 54, f"waste: only the last block of each request ({empty} empty slots of {slots})",
+           anchor="start", size=SMALL)
+    f.text(20, y + 72, "a request takes a free block only when its last block is full", anchor="start",
+           size=SMALL, color=MUTED)
+    return f
+
+
+SPLIT_C = 4  # chunks of the cache in the split-KV figure
+
+
+@figure("split-kv")
+def split_kv() -> Figure:
+    """Chapter 9: split-KV decoding: one query against C chunks of the cache at once, then a merge."""
+    f = Figure(540, 508, "Split-KV decoding: one query, the cache in chunks, partial results merged",
+               f"At a decoding step there is one query per head, too little work to keep a GPU busy. The "
+               f"cached keys and values of S positions are cut into C = {SPLIT_C} chunks of S/C positions. Side "
+               f"by side, in parallel, each chunk attends the same query to its own keys and values and gives a "
+               f"partial output o_i, normalised within the chunk, and the log-sum-exp l_i of its scores. A "
+               f"merge then combines them exactly: l = log sum_i exp(l_i), o = sum_i exp(l_i - l) o_i.")
+    f.text(20, 30, f"one query, the cache cut into $C$ = {SPLIT_C} chunks", anchor="start", bold=True)
+    f.text(20, 48, "the chunks run side by side: parallel work, even for one query", anchor="start",
+           size=SMALL, color=MUTED)
+    q = f.tensor(242, 64, 1, 4, 14, role="query")
+    f.text(q.right + 10, q.bottom - 2, "$**q**$: (1, $E$)", anchor="start", size=SMALL,
+           color=ROLES["query"].stroke)
+    lane_w, gap, x_first = 118, 10, 19
+    centres = [x_first + i * (lane_w + gap) + lane_w / 2 for i in range(SPLIT_C)]
+    bus = 94
+    f.path(f"M{fmt(q.cx)} {fmt(q.bottom)} L{fmt(q.cx)} {fmt(bus)} M{fmt(centres[0])} {fmt(bus)} "
+           f"L{fmt(centres[-1])} {fmt(bus)}", stroke=ROLES["query"].stroke, width=1.6)
+    top, cell, n = 104, 12, 5
+    merge_y = 386
+    merge = f.op(270, merge_y, "merge", size=SMALL)
+    for i, cx in enumerate(centres):
+        x0 = cx - lane_w / 2
+        f.rect(x0, top, lane_w, 238, fill="#eef2f8", stroke="none", rx=9)
+        k = f.tensor(cx - 37, top + 34, n, 1, cell + 2, cell_h=cell, role="key")
+        v = f.tensor(cx + 23, top + 34, n, 1, cell + 2, cell_h=cell, role="value")
+        f.text(k.cx, k.y - 8, f"$K$_{i + 1}", size=SMALL, color=ROLES["key"].stroke)
+        f.text(v.cx, v.y - 8, f"$V$_{i + 1}", size=SMALL, color=ROLES["value"].stroke)
+        op = f.op(cx, top + 136, "attend", size=SMALL)
+        f.arrow((cx, bus), op.top, role="query")
+        f.arrow(k.base, op.rim(k.cx, k.bottom), role="key")
+        f.arrow(v.base, op.rim(v.cx, v.bottom), role="value")
+        o = f.tensor(cx - 40, top + 190, 1, 3, cell, role="value")
+        ell = f.tensor(cx + 22, top + 190, 1, 1, cell)
+        f.arrow(op.rim(o.cx, o.y), (o.cx, o.y - 1), role="value")
+        f.arrow(op.rim(ell.cx, ell.y), (ell.cx, ell.y - 1))
+        f.text(o.cx, o.bottom + 18, f"$**o**$_{i + 1}", size=SMALL, color=ROLES["value"].stroke)
+        f.text(ell.cx, ell.bottom + 18, f"$ℓ$_{i + 1}", size=SMALL)
+        f.arrow((cx, top + 240), merge.rim(cx, top + 240))
+    out = f.tensor(merge.right + 30, merge_y - 7, 1, 4, 14, role="value")
+    f.arrow(merge.east, (out.x - 1, merge_y), role="value")
+    f.text(out.right + 10, merge_y + 5, "$**o**$: (1, $E_v$)", anchor="start", size=SMALL,
+           color=ROLES["value"].stroke)
+    f.text(20, merge_y - 6, "$K_i$, $V_i$: $S$/$C$ positions", anchor="start", size=SMALL, color=MUTED)
+    f.text(20, merge_y + 12, "$**o**_i$: (1, $E_v$);  $ℓ_i$: one number", anchor="start", size=SMALL,
+           color=MUTED)
+    lines = [
+        ("chunk $i$:  $ℓ_i$ = log $∑_j$ e^{$s_j$},  $**o**_i$ = $∑_j$ e^{$s_j$ − $ℓ_i$} $**v**_j$", INK),
+        ("over the $S$/$C$ positions $j$ of chunk $i$, with $s_j$ = $**q**$ · $**k**_j$ / √$E$", MUTED),
+        ("merge:  $ℓ$ = log $∑_i$ exp $ℓ_i$,  $**o**$ = $∑_i$ exp($ℓ_i$ − $ℓ$) $**o**_i$", INK),
+    ]
+    for i, (line, color) in enumerate(lines):
+        f.text(20, 444 + 22 * i, line, anchor="start", size=SMALL if color == MUTED else SIZE, color=color)
+    return f
+
+
+@figure("latent-attention")
+def latent_attention() -> Figure:
+    """Chapter 9: multi-head latent attention caches a small latent and one rotary key per token."""
+    f = Figure(540, 490, "Multi-head latent attention: what one token caches",
+               "The token's state h_t (D numbers) is projected down by W^DKV to a small latent c_t of d_c "
+               "numbers, and separately by W^KR, followed by RoPE, to a decoupled rotary key k^R_t of d_R "
+               "numbers. Only c_t and k^R_t are cached per token: d_c + d_R numbers, against 2HE for multi-head "
+               "attention. From c_t, the up-projections W^UK and W^UV give the content keys k^C and the values "
+               "v of the H heads, (H, E) each; every head's key is [k^C; k^R], with k^R_t shared by all heads. "
+               "The query, through a latent of its own, splits into a content part q^C and a rotary part q^R. "
+               "W^UK folds into the query and W^UV into the output projection W^O, so at decoding the keys "
+               "are never formed.")
+    c, H, E, R = 12, 4, 3, 2
+    f.text(20, 30, "what one token caches, and what the heads see", anchor="start", bold=True)
+    yq, yk, yv, yc, yr = 92, 172, 252, 212, 322
+    # the token's state, projected three ways
+    h = f.tensor(20, yc - 4 * 14, 8, 1, 14)
+    f.text(h.cx, h.y - 8, "$**h**_t$")
+    f.text(h.cx, h.bottom + 17, "$D$", size=SMALL, color=MUTED)
+    bus = 40
+    f.path(f"M{fmt(h.right)} {fmt(yc)} L{fmt(bus)} {fmt(yc)} M{fmt(bus)} {fmt(yq)} L{fmt(bus)} {fmt(yr)}",
+           stroke=LINE, width=1.6)
+    lx, lw = 50, 64
+    wq = f.layer(lx, yq - 15, lw, 30, "$W^Q$", size=SMALL)
+    wd = f.layer(lx, yc - 15, lw, 30, "$W^{DKV}$", size=SMALL)
+    wr = f.layer(lx, yr - 15, lw, 30, "$W^{KR}$", size=SMALL)
+    for layer in (wq, wd, wr):
+        f.arrow((bus, layer.cy), layer.west)
+    # what is cached: the latent and the rotary key
+    tx = 194
+    ct = f.tensor(tx, yc - 21, 3, 1, 14)
+    f.arrow(wd.east, (ct.x - 1, yc))
+    f.text(ct.cx, ct.y - 8, "$**c**_t$", size=SMALL)
+    f.text(ct.cx, ct.bottom + 17, "$d_c$", size=SMALL, color=MUTED)
+    rope = f.op(156, yr, "RoPE", size=SMALL)
+    f.arrow(wr.east, rope.west)
+    kr = f.tensor(tx, yr - 14, 2, 1, 14, role="key")
+    f.arrow(rope.east, (kr.x - 1, yr), role="key")
+    f.text(kr.cx, kr.y - 8, "$**k**^R_t$", size=SMALL, color=ROLES["key"].stroke)
+    f.text(kr.cx, kr.bottom + 17, "$d_R$", size=SMALL, color=MUTED)
+    box = f.rect(tx - 16, ct.y - 30, 46, kr.bottom + 30 - (ct.y - 30), stroke=INK, width=1.4, rx=6,
+                 dash="5 4")
+    for i, (line, color) in enumerate([("cached per token:", INK), ("$**c**_t$ and $**k**^R_t$", INK),
+                                       ("$d_c$ + $d_R$ numbers", INK), ("(multi-head: 2$HE$)", MUTED)]):
+        f.text(box.right + 12, box.bottom - 18 + 17 * i, line, anchor="start", size=SMALL, color=color)
+    # the heads: content keys and values from the latent, the rotary key shared
+    gx = 336
+    up = 240
+    f.path(f"M{fmt(ct.right)} {fmt(yc)} L{fmt(up)} {fmt(yc)} M{fmt(up)} {fmt(yk)} L{fmt(up)} {fmt(yv)}",
+           stroke=LINE, width=1.6)
+    wk = f.layer(up + 10, yk - 15, 60, 30, "$W^{UK}$", size=SMALL)
+    wv = f.layer(up + 10, yv - 15, 60, 30, "$W^{UV}$", size=SMALL)
+    for layer in (wk, wv):
+        f.arrow((up, layer.cy), layer.west)
+    rows = {}
+    for name, y, role, parts in (("q", yq, "query", 2), ("k", yk, "key", 2), ("v", yv, "value", 1)):
+        content = f.tensor(gx, y - H * c / 2, H, E, c, role=role)
+        rows[name] = [content]
+        if parts == 2:
+            rows[name].append(f.tensor(content.right + 4, y - H * c / 2, H, R, c, role=role))
+    f.arrow(wq.east, (gx - 1, yq), role="query")
+    f.text(wq.right + 12, yq + 20, "through a latent $**c**^Q_t$ of its own", anchor="start", size=SMALL,
+           color=MUTED)
+    f.arrow(wk.east, (gx - 1, yk), role="key")
+    f.arrow(wv.east, (gx - 1, yv), role="value")
+    for name, role in (("q", "query"), ("k", "key")):
+        a, b = rows[name]
+        f.text(a.cx, a.y - 7, f"$**{name}**^C$", size=SMALL, color=ROLES[role].stroke)
+        f.text(b.cx, b.y - 7, f"$**{name}**^R$", size=SMALL, color=ROLES[role].stroke)
+    f.text(rows["v"][0].cx, rows["v"][0].y - 7, "$**v**$", size=SMALL, color=ROLES["value"].stroke)
+    f.arrow(kr.east, (rows["k"][1].cx, yr), (rows["k"][1].cx, rows["k"][1].bottom + 1), role="key")
+    rx = rows["k"][1].right + 10
+    for y, lines in ((yq, ["($H$, $E$ + $d_R$)", "RoPE on $**q**^R$"]),
+                     (yk, ["($H$, $E$ + $d_R$)", "$**k**^R_t$: the same", "in every head"]),
+                     (yv, ["($H$, $E$)"])):
+        for i, line in enumerate(lines):
+            f.text(rx, y - 12 + 5 + 17 * i, line, anchor="start", size=SMALL, color=INK if i == 0 else MUTED)
+    # absorption
+    y = 444
+    f.rect(12, y - 22, 516, 1, fill=CARD_EDGE, stroke="none")
+    f.text(20, y, "$W^{UK}$ folds into the query, $W^{UV}$ into $W^O$:", anchor="start", size=SMALL)
+    f.text(20, y + 18, "the keys are never formed at decoding: the heads read the cached latents",
+           anchor="start", size=SMALL)
+    return f
+
+
 # the legend, for book/notation.md ----------------------------------------------------------
 @figure("legend")
 def legend() -> Figure:
