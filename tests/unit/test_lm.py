@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 import torch
 
-from attnlab.attention import kv_cache_bytes_per_token
+from attnlab.attention import kv_cache_bytes_per_token, latent_cache_bytes_per_token
 from attnlab.data import CharVocab, TextCorpus, python_corpus
 from attnlab.models import LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM, generate, sample_next
 from attnlab.train import (
@@ -31,6 +31,7 @@ KINDS["rope-softmax-G1"] = dict(positions="rope", num_kv_heads=1)
 KINDS["alibi-softmax-G2"] = dict(positions="alibi", num_kv_heads=2)
 KINDS["rope-window-global"] = dict(positions="rope", window=(2, None))  # Gemma's interleaving
 KINDS["rope-window-sinks"] = dict(positions="rope", window=3, sinks=2)  # StreamingLLM
+KINDS["rope-latent"] = dict(positions="rope", attention="latent", latent_dim=8, rope_dim=2)  # DeepSeek's MLA
 KINDS["alibi-window-sinks"] = dict(positions="alibi", window=(None, 2), sinks=1)
 
 
@@ -164,6 +165,12 @@ def test_the_caches_grow_by_a_tokens_keys_and_values_except_linear_attentions_st
         per_token = kv_cache_bytes_per_token(2, groups, 4)
         assert sizes == [per_token * (t + 1) for t in range(5)]
         assert caches[0].key.shape == (1, groups, 5, 4)
+    model = lm(attention="latent", latent_dim=8, rope_dim=2)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(torch.zeros(1, 5, dtype=torch.long), 0, caches)
+    assert sum(c.nbytes for c in caches) == 5 * latent_cache_bytes_per_token(2, 8, 2)  # the latent and k_R only
+    assert caches[0].key.shape == (1, 1, 5, 2) and caches[0].value.shape == (1, 1, 5, 8)
     model = lm(attention="linear")
     caches = model.new_caches()
     with torch.no_grad():
@@ -186,6 +193,10 @@ def test_the_learned_table_trains_only_the_positions_it_sees():
 
 
 def test_bad_configurations_and_inputs_get_named_errors():
+    with pytest.raises(ValueError, match="latent attention brings its own rotary key"):
+        lm(attention="latent", positions="alibi")
+    with pytest.raises(ValueError, match="latent attention brings its own rotary key"):
+        lm(attention="latent", num_kv_heads=2)
     with pytest.raises(ValueError, match="window must have one entry per layer"):
         lm(window=(2, None, 2))
     with pytest.raises(ValueError, match="window must be an int >= 0"):

@@ -392,11 +392,14 @@ for name, options in LMS.items():
 @case("TransformerLM-windows-and-sinks", TransformerLM, LMBlock, SinkKVCache, sliding_window_mask)
 def _lm_windows():
     model = lm(positions="rope", window=(2, None), sinks=1)
+    latent = lm(positions="rope", attention="latent", latent_dim=8, rope_dim=2)
+    latent_caches = latent.new_caches()
+    out_latent = [latent(ids(B, 3, high=13), 0, latent_caches), latent(ids(B, 1, high=13), 3, latent_caches)]
     caches = model.new_caches()
     out = [model(ids(B, 5, high=13))]
     out += [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4, 5)]
     assert caches[0].cached_length == 1 + 2 and caches[1].cached_length == 6
-    return out, params(model)
+    return out + out_latent, params(model) + params(latent)
 
 
 @case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)

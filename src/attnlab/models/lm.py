@@ -13,7 +13,8 @@ of ``LMConfig``:
   ``"rope"`` rotating queries and keys, ``"alibi"`` biasing the scores (chapter 8), or
   ``"none"``;
 - ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
-- ``attention``: ``"softmax"`` or ``"linear"`` (Katharopoulos et al. 2020);
+- ``attention``: ``"softmax"``, ``"linear"`` (Katharopoulos et al. 2020) or ``"latent"``
+  (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9);
 - ``window``: sliding-window attention in every layer (an int) or in some (one entry per layer,
   ``None`` for a global one: Gemma 2 and 3 interleave local and global layers), and ``sinks``,
   the first positions a window always keeps (chapter 9).
@@ -37,6 +38,7 @@ from torch import nn
 
 from attnlab.attention.cache import KeyValueCache
 from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, repeat_kv
+from attnlab.attention.latent import MultiHeadLatentAttention
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.local import SinkKVCache, sliding_window_mask
 from attnlab.attention.positional import alibi_slopes, rotary_embedding, sinusoidal_encoding
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
-ATTENTION_KINDS = ("softmax", "linear")
+ATTENTION_KINDS = ("softmax", "linear", "latent")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ class LMConfig:
     ``num_kv_heads=None`` means ``num_heads`` (multi-head attention). ``window``: ``None`` (every
     layer global), an int (every layer sees its ``window`` previous positions and its own), or a
     tuple with an int or ``None`` per layer; ``sinks``: the first positions every windowed layer
-    also sees (chapter 9).
+    also sees (chapter 9). ``latent_dim`` and ``rope_dim``: the sizes of the latent and of the
+    decoupled rotary key of ``attention="latent"`` (``MultiHeadLatentAttention``), which brings
+    its own rotary positions: it needs ``positions="rope"``.
     """
 
     vocab_size: int
@@ -85,6 +89,8 @@ class LMConfig:
     dropout: float = 0.0
     window: int | tuple[int | None, ...] | None = None
     sinks: int = 0
+    latent_dim: int = 32
+    rope_dim: int = 8
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -116,6 +122,14 @@ class LMConfig:
         else:
             check_int("LMConfig", "window", self.window, low=0, none=True, note="an int, None, or a tuple of them")
         check_int("LMConfig", "sinks", self.sinks, low=0)
+        check_int("LMConfig", "latent_dim", self.latent_dim)
+        check_int("LMConfig", "rope_dim", self.rope_dim)
+        if self.attention == "latent" and (self.positions != "rope" or self.num_kv_heads is not None):
+            raise ValueError(
+                "LMConfig: latent attention brings its own rotary key (positions='rope') and has no "
+                f"key/value heads to group (num_kv_heads=None); got positions={self.positions!r}, "
+                f"num_kv_heads={self.num_kv_heads!r}"
+            )
         if any(w is not None for w in self.layer_windows) and (self.attention != "softmax" or not self.causal):
             raise ValueError("LMConfig: a window needs causal softmax attention")
         if self.sinks and all(w is None for w in self.layer_windows):
@@ -140,13 +154,25 @@ class LMBlock(nn.Module):
         c = self.config = config
         self.window = window
         self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
-        self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
+        self.attn: nn.Module
+        if c.attention == "latent":
+            self.attn = MultiHeadLatentAttention(
+                c.d_model, c.num_heads, latent_dim=c.latent_dim, rope_dim=c.rope_dim, bias=True
+            )
+        else:
+            self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
         self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, "gelu")
         self.dropout = nn.Dropout(c.dropout)
 
     def attend(self, h: torch.Tensor, start: int = 0, cache: KeyValueCache | None = None) -> torch.Tensor:
         """The attention sub-layer's output ``(B, N, D)`` for ``h (B, N, D)``; updates ``cache``."""
         c = self.config
+        if isinstance(self.attn, MultiHeadLatentAttention):  # caches its latent and rotary key
+            out = self.attn(h, start, cache, causal=c.causal)
+            if isinstance(cache, LMCache):
+                cache.length += h.shape[1]
+            return out
+        assert isinstance(self.attn, GroupedQueryAttention)
         q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
         B, H, N, E = q.shape
         # listing: block
