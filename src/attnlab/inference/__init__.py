@@ -1,0 +1,22 @@
+"""Attention at inference: serving many requests from one memory, and decoding long contexts fast.
+
+Introduced in chapter 9, "Attention at inference".
+
+- ``paged``: PagedAttention (Kwon et al. 2023, vLLM): the key/value cache kept in blocks of a
+  pool (``KVBlockPool``), each request's blocks listed in its block table (``PagedKVCache``, a
+  ``KeyValueCache``), attention read through the block tables (``paged_attention``), and the
+  memory a contiguous and a paged cache reserve (``cache_memory``, ``CacheMemory``).
+
+This package sits above ``attnlab.attention`` and below ``attnlab.models``: models are passed in,
+never imported.
+"""
+
+from attnlab.inference.paged import CacheMemory, KVBlockPool, PagedKVCache, cache_memory, paged_attention
+
+__all__ = [
+    "CacheMemory",
+    "KVBlockPool",
+    "PagedKVCache",
+    "cache_memory",
+    "paged_attention",
+]
