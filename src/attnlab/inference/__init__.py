@@ -1,16 +1,19 @@
 """Attention at inference: serving many requests from one memory, and decoding long contexts fast.
 
-Introduced in chapter 9, "Attention at inference".
+Introduced in chapter 9, "Attention at inference". One module per idea:
 
 - ``paged``: PagedAttention (Kwon et al. 2023, vLLM): the key/value cache kept in blocks of a
   pool (``KVBlockPool``), each request's blocks listed in its block table (``PagedKVCache``, a
   ``KeyValueCache``), attention read through the block tables (``paged_attention``), and the
   memory a contiguous and a paged cache reserve (``cache_memory``, ``CacheMemory``).
+- ``decode``: split-KV decoding (Flash-Decoding, Dao et al. 2023): attention over chunks of the
+  keys, merged exactly by their log-sum-exps (``split_kv_attention``, ``merge_attention_partials``).
 
 This package sits above ``attnlab.attention`` and below ``attnlab.models``: models are passed in,
 never imported.
 """
 
+from attnlab.inference.decode import merge_attention_partials, split_kv_attention
 from attnlab.inference.paged import CacheMemory, KVBlockPool, PagedKVCache, cache_memory, paged_attention
 
 __all__ = [
@@ -18,5 +21,7 @@ __all__ = [
     "KVBlockPool",
     "PagedKVCache",
     "cache_memory",
+    "merge_attention_partials",
     "paged_attention",
+    "split_kv_attention",
 ]
