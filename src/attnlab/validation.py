@@ -39,6 +39,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_dtype",
+    "check_grouped_qkv",
     "check_int",
     "check_int_sequence",
     "check_ints",
@@ -326,6 +327,41 @@ def check_qkv_shapes(where: str, query: torch.Tensor, key: torch.Tensor, value: 
         raise ValueError(
             f"{where}: expected query (..., L, E), key (..., S, E), value (..., S, Ev); got "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+
+
+def check_grouped_qkv(
+    where: str,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    args: tuple[str, str, str] = ("query", "key", "value"),
+    shapes: tuple[str, str, str] = ("(B, H, L, E)", "(B, G, S, E)", "(B, G, S, Ev)"),
+    same_batch: bool = True,
+) -> None:
+    """Grouped-query attention's inputs: floating 4-D query ``(B, H, L, E)``, key ``(B, G, S, E)``
+    and value ``(B, G, S, Ev)`` of one dtype, ``H`` a multiple of ``G``.
+
+    ``args`` and ``shapes`` name the three arguments and their shapes in the messages (a paged
+    kernel reads its keys from a pool, ``key_pool (P, G, bs, E)``); the key's and value's first
+    three sizes must agree. ``same_batch``: the query's and the key's first sizes must agree too.
+    """
+    q_arg, k_arg, v_arg = args
+    for arg, t, names in zip(args, (query, key, value), shapes, strict=True):
+        check_tensor(where, arg, t, kind="float", dim=4, names=names)
+    got = f"got {q_arg} {tuple(query.shape)}, {k_arg} {tuple(key.shape)}, {v_arg} {tuple(value.shape)}"
+    if key.shape[:3] != value.shape[:3]:
+        raise ValueError(f"{where}: {k_arg} {shapes[1]} and {v_arg} {shapes[2]} must agree but in the last size; {got}")
+    if query.shape[1] % key.shape[1]:
+        raise ValueError(f"{where}: the query's heads H must be a multiple of the key's and value's heads G; {got}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"{where}: {q_arg} and {k_arg} must have the same feature size E; {got}")
+    if same_batch and query.shape[0] != key.shape[0]:
+        raise ValueError(f"{where}: {q_arg} and {k_arg} must have the same batch size B; {got}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(
+            f"{where}: {q_arg}, {k_arg} and {v_arg} must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
         )
 
 

@@ -1,4 +1,4 @@
-"""One cache protocol (attnlab.attention.cache.KeyValueCache), checked on each of the three caches
+"""One cache protocol (attnlab.attention.cache.KeyValueCache), checked on each of the four caches
 against a hand count: what append returns, the cached keys and values, their length, the bytes."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import torch
 
 from attnlab.attention import KeyValueCache, RollingKVCache, SinkKVCache, sliding_window_mask
 from attnlab.attention.cache import tensor_bytes
+from attnlab.inference import KVBlockPool, PagedKVCache
 from attnlab.models import KVCache, LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM
 
 B, G, E, EV = 2, 3, 4, 5
@@ -19,11 +20,25 @@ def _kv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(B, G, n, E, generator=g), torch.randn(B, G, n, EV, generator=g)
 
 
+BLOCK = 2  # positions per block of the paged cache
+
+
+def _paged() -> PagedKVCache:
+    return PagedKVCache(KVBlockPool(8, BLOCK, G, E, EV), B)
+
+
 CACHES = {
     "KVCache": KVCache,
     "LMCache": LMCache,
     "RollingKVCache": lambda: RollingKVCache(window=2),
     "SinkKVCache": lambda: SinkKVCache(window=2, sinks=1),
+    "PagedKVCache": _paged,
+}
+# the growing caches, and the positions each reserves for t cached ones: a paged cache whole blocks
+GROWING = {
+    "KVCache": (KVCache, lambda t: t),
+    "LMCache": (LMCache, lambda t: t),
+    "PagedKVCache": (_paged, lambda t: -(-t // BLOCK) * BLOCK),
 }
 
 
@@ -35,8 +50,8 @@ def test_every_cache_follows_the_protocol(make):
     assert cache.cached_length == 0 and cache.nbytes == 0
 
 
-@pytest.mark.parametrize("make", [KVCache, LMCache], ids=["KVCache", "LMCache"])
-def test_a_growing_cache_appends_and_counts(make):
+@pytest.mark.parametrize(("make", "reserved"), GROWING.values(), ids=GROWING.keys())
+def test_a_growing_cache_appends_and_counts(make, reserved):
     cache, keys, values = make(), [], []
     for step, n in enumerate((3, 1, 2)):  # a prompt of 3 positions, then 1, then 2
         k, v = _kv(n, step)
@@ -46,9 +61,12 @@ def test_a_growing_cache_appends_and_counts(make):
         t = sum(x.shape[2] for x in keys)
         torch.testing.assert_close(got_k, torch.cat(keys, dim=2), rtol=0, atol=0)
         torch.testing.assert_close(got_v, torch.cat(values, dim=2), rtol=0, atol=0)
-        assert cache.cached_keys is got_k and cache.cached_values is got_v
+        if isinstance(cache, PagedKVCache):  # gathered from the blocks anew
+            assert torch.equal(cache.cached_keys, got_k) and torch.equal(cache.cached_values, got_v)
+        else:  # the cache's own tensors
+            assert cache.cached_keys is got_k and cache.cached_values is got_v
         assert cache.cached_length == t == got_k.shape[2]
-        assert cache.nbytes == B * G * t * (E + EV) * FLOAT
+        assert cache.nbytes == B * G * reserved(t) * (E + EV) * FLOAT
 
 
 def test_a_rolling_cache_holds_the_last_window_and_never_grows():

@@ -1,4 +1,4 @@
-"""Every model and every attention function runs on PyTorch's ``meta`` device, forward and backward.
+"""Every model, attention function and inference function runs on PyTorch's ``meta`` device, forward and backward.
 
 A meta tensor has a shape and a dtype but no data, so a case runs in a fraction of a second
 without a GPU, and it finds the two mistakes that break a model on a GPU while it works on the
@@ -16,9 +16,10 @@ also runs under ``OneDevice``, which refuses any operation on tensors of two dev
 
 Each case builds its modules and moves them with ``.to("meta")`` (as a chapter does with
 ``.to(device)``), feeds meta tensors, and back-propagates ``sum()`` of the outputs; every
-parameter the case names must receive a gradient on meta. ``test_every_public_model_has_a_case``
-and ``test_every_public_attention_function_has_a_case`` fail when a public model or attention
-function is added without a case here.
+parameter the case names must receive a gradient on meta. ``test_every_public_model_has_a_case``,
+``test_every_public_attention_function_has_a_case`` and ``test_every_public_inference_name_has_a_case``
+fail when a public model, attention function or function or class of ``attnlab.inference`` is added
+without a case here.
 
 Left out, each for a value that must be read on the host (listed in ``EXCLUDED`` below where it
 is a public function):
@@ -33,6 +34,9 @@ is a public function):
 - ``MovingAverageBaseline.update`` with one reward per row, ``(B,)``, returns a Python number
   (a host read, once per batch); its ``(B, L)`` form, the one the captioners use, runs here.
 - ``padding_mask`` checks the values of the lengths on the host (``EXCLUDED``).
+- ``paged_attention`` checks its block ids and lengths on the host, except on meta, where it
+  checks only their shapes and dtypes: its case runs here, and the value checks run in the same
+  case on every device with values.
 
 The end of the file checks the device rule of ``attnlab.train`` on the CPU: evaluation runs
 where the model is and never moves it; training moves it only to an explicit ``device``.
@@ -40,6 +44,7 @@ where the model is and never moves it; training moves it only to an explicit ``d
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -54,6 +59,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import attnlab.attention
+import attnlab.inference
 import attnlab.models
 from attnlab.attention import (
     BACKENDS,
@@ -108,6 +114,15 @@ from attnlab.attention import (
 from attnlab.attention.cache import tensor_bytes
 from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
+from attnlab.inference import (
+    CacheMemory,
+    KVBlockPool,
+    PagedKVCache,
+    cache_memory,
+    merge_attention_partials,
+    paged_attention,
+    split_kv_attention,
+)
 from attnlab.models import (
     POSITIONS,
     AttentionDecoder,
@@ -821,6 +836,44 @@ def _tiled():
     return outputs, [q, k, v]
 
 
+# --- chapter 9: attention at inference ----------------------------------------------------------
+
+
+@case("paged-attention", KVBlockPool, PagedKVCache, paged_attention, cache_memory)
+def _paged():
+    pool = KVBlockPool(6, 2, 2, E, device=META)
+    cache = PagedKVCache(pool, B)
+    keys, values = cache.append(randn(B, 2, 3, E), randn(B, 2, 3, E))  # a prompt of 3 positions, in lockstep
+    cache.append_row(0, randn(2, 1, E), randn(2, 1, E))  # one more for row 0: lengths (4, 3, 3)
+    memory = cache_memory(cache.lengths, max_length=4, block_size=2, bytes_per_token=pool.bytes_per_token)
+    assert cache.nbytes == memory.paged_bytes == 6 * pool.block_nbytes and pool.num_free == 0
+    q = randn(B, 4, 1, E, grad=True)
+    key_pool, value_pool = randn(6, 2, 2, E, grad=True), randn(6, 2, 2, E, grad=True)
+    tables, lengths = cache.block_table_tensor(), cache.length_tensor()
+    outputs = (
+        paged_attention(q, key_pool, value_pool, tables, lengths),  # the block ids are not checked on meta
+        paged_attention(q, pool.key_pool, pool.value_pool, tables, lengths, scale=0.5),
+        grouped_query_attention(q, keys, values),
+        cache.cached_keys,
+    )
+    cache.free()
+    assert pool.num_free == 6
+    return outputs, [q, key_pool, value_pool]
+
+
+@case("split-kv-decoding", split_kv_attention, merge_attention_partials)
+def _split_kv():
+    q = randn(B, 4, 2, E, grad=True)
+    k, v = randn(B, 2, 7, E, grad=True), randn(B, 2, 7, E, grad=True)
+    outputs, lses = randn(3, B, 4, E, grad=True), randn(3, B, 4, grad=True)
+    return (
+        split_kv_attention(q, k, v, num_splits=3),
+        split_kv_attention(q, k, v, num_splits=2, attn_mask=causal_mask(2, 7, align="bottom-right", device=META)),
+        split_kv_attention(q, k, v, num_splits=9, attn_mask=float_mask(B, 1, 2, 7), scale=0.5),
+        merge_attention_partials(outputs, lses),
+    ), [q, k, v, outputs, lses]
+
+
 # --- the tests ------------------------------------------------------------------------------------
 
 
@@ -956,6 +1009,21 @@ def test_every_public_attention_function_has_a_case():
             if computes and obj not in covered and obj not in EXCLUDED:
                 missing.append(f"{module.__name__}.{name}")
     assert not missing, f"attention functions without a meta case: {missing}"
+
+
+def test_every_public_inference_name_has_a_case():
+    """Every function and class of attnlab.inference needs a case here, or a reason in EXCLUDED; a frozen
+    dataclass of results (CacheMemory) computes nothing."""
+    covered = _covered()
+    missing = []
+    for module in _public_modules(attnlab.inference):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            computes = inspect.isfunction(obj) or (inspect.isclass(obj) and not dataclasses.is_dataclass(obj))
+            if computes and obj not in covered and obj not in EXCLUDED:
+                missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"inference functions without a meta case: {missing}"
+    assert dataclasses.is_dataclass(CacheMemory)
 
 
 def test_excluded_bases_are_run_through_their_subclasses():

@@ -18,6 +18,7 @@ from attnlab.validation import (
     check_bool,
     check_choice,
     check_dtype,
+    check_grouped_qkv,
     check_int,
     check_int_sequence,
     check_ints,
@@ -121,6 +122,37 @@ def test_check_tensor():
         check_tensor("f", "x", x, shape=(None, 4))
     with pytest.raises(ValueError, match=r"^f: x must have shape \(3,\), got \(2, 3\)$"):
         check_tensor("f", "x", x, shape=(3,))
+
+
+def test_check_grouped_qkv():
+    q, k, v = torch.zeros(2, 4, 3, 5), torch.zeros(2, 2, 7, 5), torch.zeros(2, 2, 7, 6)
+    check_grouped_qkv("f", q, k, v)
+    check_grouped_qkv("f", q, torch.zeros(9, 2, 7, 5), torch.zeros(9, 2, 7, 6), same_batch=False)
+    with pytest.raises(ValueError, match=r"^f: key must have shape \(B, G, S, E\), got shape \(2, 7, 5\)$"):
+        check_grouped_qkv("f", q, k[0], v)
+    with pytest.raises(
+        ValueError, match=r"^f: pool \(P, G, bs, E\) and vp \(P, G, bs, Ev\) must agree but in the last"
+    ):
+        check_grouped_qkv(
+            "f",
+            q,
+            k,
+            v[:, :1],
+            args=("query", "pool", "vp"),
+            shapes=("(B, H, N, E)", "(P, G, bs, E)", "(P, G, bs, Ev)"),
+        )
+    with pytest.raises(
+        ValueError, match=r"^f: the query's heads H must be a multiple of the key's and value's heads G"
+    ):
+        check_grouped_qkv("f", q[:, :3], k, v)
+    with pytest.raises(ValueError, match=r"^f: query and key must have the same feature size E"):
+        check_grouped_qkv("f", q[..., :4], k, v)
+    with pytest.raises(ValueError, match=r"^f: query and key must have the same batch size B"):
+        check_grouped_qkv("f", q[:1], k, v)
+    with pytest.raises(TypeError, match=r"^f: query, key and value must share one dtype, got torch.float64"):
+        check_grouped_qkv("f", q.double(), k, v)
+    with pytest.raises(TypeError, match=r"^f: value must be a floating-point tensor, got torch.int64"):
+        check_grouped_qkv("f", q, k, v.long())
 
 
 def _sources():

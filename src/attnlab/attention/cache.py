@@ -4,7 +4,8 @@ Introduced with the caches it describes: chapter 6's ``KVCache`` (one decoder la
 encoder-decoder Transformer), chapter 8's ``LMCache`` (one block of a ``TransformerLM``, softmax or
 linear attention) and ``RollingKVCache`` (sliding-window attention's buffer of fixed size). Each
 keeps its own names for what is particular to it (``KVCache.cross_k``, ``LMCache.state``,
-``RollingKVCache.window``), and all three speak this vocabulary:
+``RollingKVCache.window``), and all three speak this vocabulary, as does chapter 9's paged cache
+(``attnlab.inference.PagedKVCache``, whose ``block_tables`` are its own):
 
 - ``append(key, value) -> (keys, values)``: add the keys ``(B, G, n, E)`` and values
   ``(B, G, n, Ev)`` of ``n`` new positions (``RollingKVCache``: one at a time) and return the
