@@ -34,6 +34,8 @@ is a public function):
 - ``MovingAverageBaseline.update`` with one reward per row, ``(B,)``, returns a Python number
   (a host read, once per batch); its ``(B, L)`` form, the one the captioners use, runs here.
 - ``padding_mask`` checks the values of the lengths on the host (``EXCLUDED``).
+- ``speculative_decode`` reads how many draft tokens a round accepted (``EXCLUDED``); its
+  acceptance rule, ``verify_draft``, runs here.
 - ``paged_attention`` checks its block ids and lengths on the host, except on meta, where it
   checks only their shapes and dtypes: its case runs here, and the value checks run in the same
   case on every device with values.
@@ -116,6 +118,8 @@ from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
 from attnlab.inference import (
     CacheMemory,
+    speculative_decode,
+    verify_draft,
     KVBlockPool,
     PagedKVCache,
     cache_memory,
@@ -839,6 +843,15 @@ def _tiled():
 # --- chapter 9: attention at inference ----------------------------------------------------------
 
 
+@case("speculative-verification", verify_draft)
+def _verify():
+    target = randn(B, 4, 7, grad=True)  # (B, k + 1, V) logits
+    draft = randn(B, 3, 7, grad=True)  # (B, k, V)
+    accepted, token = verify_draft(target, draft, ids(B, 3, high=7))
+    assert accepted.shape == token.shape == (B,)
+    return (target.sum(),), [target]
+
+
 @case("paged-attention", KVBlockPool, PagedKVCache, paged_attention, cache_memory)
 def _paged():
     pool = KVBlockPool(6, 2, 2, E, device=META)
@@ -972,6 +985,8 @@ EXCLUDED = {
     Captioner: "a base class: attend() is SoftCaptioner's or HardCaptioner's",
     AttentionDecoder: "a base class: forward() is BahdanauDecoder's or LuongDecoder's",
     Score: "a base class: _score() is each score's",
+    speculative_decode: "reads how many draft tokens were accepted, once a round, on the host: the "
+    "sequence's length depends on it; its rule, verify_draft, runs here",
 }
 
 
