@@ -304,8 +304,10 @@ def decoder_pass_cost(
     scores, ``2 d`` for the weighted sum, over all heads). Bytes: the weights, read once per pass
     whatever the batch (``params * bytes_per_param``), and each sequence's cache, read and its
     new positions written (``kv_bytes_per_token`` per position, all layers). Activations are left
-    out: at these sizes they stay in the chip's caches. The ratio, ``intensity``, says whether a
-    pass is limited by arithmetic or by memory (Williams et al. 2009, the roofline model).
+    out: a decoding step's are a few vectors per sequence, but a long prefill's can outgrow the
+    chip's caches and add traffic of the order of the weights', so its intensity here is an upper
+    bound. The ratio, ``intensity`` (Williams et al. 2009's operational intensity), says whether
+    a pass is limited by arithmetic or by memory: the roofline model.
     """
     check_ints("decoder_pass_cost", params=params, num_layers=num_layers, d_model=d_model)
     check_ints("decoder_pass_cost", kv_bytes_per_token=kv_bytes_per_token, new_tokens=new_tokens, batch=batch)

@@ -195,6 +195,7 @@ CONSTANTS = {
     ("08_modern_attention", "10%"): "BERT's share replaced by a random token, mask_tokens' constant",
     ("01_bottleneck", "8.3"): "a section number of Saitoh (2018), where the date task evaluates attention",
     ("08_modern_attention", "0.2"): "a version number of Mistral 7B, the first without a sliding window",
+    ("09_inference", "3.35"): "the H100's memory bandwidth in TB/s, from NVIDIA's datasheet, cited",
 }
 PROSE_NUMBER = re.compile(
     r"(?<![\w.,/-])\d+(?:\.\d+)+(?:\s?%)?(?![\w.]*\d)|(?<![\w.,/-])\d+\s?(?:%|x\b(?!\s?\d)|times\b)"
