@@ -1,12 +1,38 @@
-"""Chapter 8's modern block: RMSNorm, SwiGLU and QK-norm."""
+"""Chapter 8's modern block: RMSNorm, SwiGLU, QK-norm, and TransformerLM's options for them."""
 
 from __future__ import annotations
+
+import hashlib
 
 import pytest
 import torch
 from torch import nn
 
-from attnlab.models import QKNorm, RMSNorm, SwiGLU
+from attnlab.attention import rotary_embedding
+from attnlab.models import (
+    LMConfig,
+    QKNorm,
+    RMSNorm,
+    SwiGLU,
+    TransformerLM,
+)
+from attnlab.models.lm import LMBlock
+from attnlab.models.position_wise import FeedForward
+
+V = 13
+
+
+def lm_config(**options) -> LMConfig:
+    return LMConfig(V, d_model=16, num_heads=4, num_layers=2, dim_feedforward=32, max_len=64, **options)
+
+
+def lm(seed: int = 0, **options) -> TransformerLM:
+    torch.manual_seed(seed)
+    return TransformerLM(lm_config(**options)).eval()
+
+
+MODERN = dict(norm="rms", feedforward="swiglu", qk_norm=True)
+
 
 # --- RMSNorm -------------------------------------------------------------------------------------
 
@@ -114,6 +140,143 @@ def test_qk_norm_is_rmsnorm_per_head_with_one_weight_for_all_heads():
     assert torch.autograd.gradcheck(qk, (q[:1, :2].requires_grad_(), k[:1, :1].requires_grad_()))
 
 
+def test_qk_norm_comes_before_the_rotation():
+    """Gemma 3's and Qwen3's order. With weights of ones the two orders agree (a rotation keeps
+    the RMS); with learned weights they do not, and the block follows the first."""
+    torch.manual_seed(7)
+    block = LMBlock(lm_config(qk_norm=True)).double()
+    assert block.qk_norm is not None
+    nn.init.normal_(block.qk_norm.q_norm.weight)
+    nn.init.normal_(block.qk_norm.k_norm.weight)
+    h = torch.randn(2, 6, 16, dtype=torch.float64)
+    q, k, v = block.attn.project(h)  # (B, H, N, E)
+    positions = torch.arange(6)
+
+    def rotate(t: torch.Tensor) -> torch.Tensor:
+        return rotary_embedding(t, positions)
+
+    def attend(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, N, E)
+        return block.attn.out_proj(out.transpose(1, 2).reshape(2, 6, 16))
+
+    qn, kn = block.qk_norm.q_norm, block.qk_norm.k_norm
+    norm_first = attend(rotate(qn(q)), rotate(kn(k)))
+    torch.testing.assert_close(block.attend(h), norm_first)
+    assert not torch.allclose(attend(qn(rotate(q)), kn(rotate(k))), norm_first, atol=1e-3)
+
+
+def scores(block: LMBlock, x: torch.Tensor) -> torch.Tensor:
+    """A block's logits ``q k^T (B, H, N, N)`` as its attention sees them (normalised, rotated)."""
+    q, k, _ = block.attn.project(block.norm1(x))
+    if block.qk_norm is not None:
+        q, k = block.qk_norm(q, k)
+    positions = torch.arange(x.shape[1])
+    return rotary_embedding(q, positions) @ rotary_embedding(k, positions).transpose(-2, -1)
+
+
+def test_qk_norm_bounds_the_logits_whatever_the_projections():
+    """Scaling W_Q and W_K by 100 multiplies the logits by 10^4 without QK-norm and leaves them
+    unchanged with it; and with it |q . k| <= E max|w_q| max|w_k|."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    for qk_norm in (False, True):
+        block = LMBlock(lm_config(qk_norm=qk_norm)).double()
+        if block.qk_norm is not None:  # eps aside, the equality is exact
+            block.qk_norm.q_norm.eps = block.qk_norm.k_norm.eps = 1e-30
+        before = scores(block, x)
+        with torch.no_grad():
+            for layer in (block.attn.q_proj, block.attn.k_proj):
+                layer.weight.mul_(100)
+                layer.bias.mul_(100)
+        after = scores(block, x)
+        if qk_norm:
+            torch.testing.assert_close(after, before, rtol=1e-9, atol=1e-9)
+            assert block.qk_norm is not None
+            bound = 4 * block.qk_norm.q_norm.weight.abs().max() * block.qk_norm.k_norm.weight.abs().max()
+            assert after.abs().max() <= bound
+        else:
+            torch.testing.assert_close(after, before * 1e4)
+            assert after.abs().max() > 1000
+
+
+def test_scaling_the_query_and_key_projections_leaves_a_qk_normed_model_unchanged():
+    """The same through TransformerLM: the block applies QK-norm to what its attention uses."""
+    tokens = torch.randint(0, V, (2, 8))
+    for qk_norm, unchanged in ((False, False), (True, True)):
+        model = lm(**{**MODERN, "qk_norm": qk_norm}).double()
+        for module in model.modules():
+            if isinstance(module, QKNorm):  # eps aside, the equality is exact
+                module.q_norm.eps = module.k_norm.eps = 1e-30
+        with torch.no_grad():
+            before = model(tokens)
+            for block in model.blocks:
+                block.attn.q_proj.weight.mul_(100)
+                block.attn.k_proj.weight.mul_(0.01)
+                block.attn.q_proj.bias.mul_(100)
+                block.attn.k_proj.bias.mul_(0.01)
+                block.attn.k_proj.weight[:4].mul_(50)  # the first key head only
+                block.attn.k_proj.bias[:4].mul_(50)
+            after = model(tokens)
+        assert torch.allclose(after, before, rtol=1e-8, atol=1e-8) == unchanged
+
+
+# --- the modern block in TransformerLM -----------------------------------------------------------
+
+
+def test_the_options_choose_the_blocks_parts():
+    model = lm(**MODERN)
+    for block in model.blocks:
+        assert isinstance(block.norm1, RMSNorm) and isinstance(block.norm2, RMSNorm)
+        assert isinstance(block.ff, SwiGLU) and isinstance(block.qk_norm, QKNorm)
+        assert block.qk_norm.q_norm.dim == 4 and block.ff.w1.out_features == 32  # E = 16 / 4; F as given
+    assert isinstance(model.norm, RMSNorm)
+    assert "blocks.1.qk_norm.k_norm.weight" in model.state_dict()
+    default = lm()
+    for block in default.blocks:
+        assert isinstance(block.norm1, nn.LayerNorm) and isinstance(block.ff, FeedForward) and block.qk_norm is None
+    assert isinstance(default.norm, nn.LayerNorm)
+    assert not any("qk_norm" in name for name in default.state_dict())
+
+
+# Computed with the code before the modern options existed (commit aa615c0): the layout of each
+# state_dict (names and shapes, hashed), two order-sensitive sums of its values, two sums of the
+# logits of tokens drawn after construction, and the next number the generator draws. The
+# chapters' stored outputs depend on all of them.
+BEFORE_OPTIONS = {
+    "rope-softmax": {},
+    "learned-softmax-encoder": dict(positions="learned", causal=False),
+    "alibi-window-G2": dict(positions="alibi", num_kv_heads=2, window=(None, 2), sinks=1),
+    "none-linear": dict(positions="none", attention="linear"),
+    "rope-latent": dict(attention="latent", latent_dim=8, rope_dim=2),
+}
+BEFORE = {
+    "rope-softmax": ("beab789dd15c2c95", 972.48949104, 176.76715686, -6.5846961569, -81.698378459, 0.35892183),
+    "learned-softmax-encoder": ("abdc591758cca6c8", 1274.8101349, 175.28471965, 37.924425058, 156.38480478, 0.39192349),
+    "alibi-window-G2": ("1e6e1d5ba9075459", 931.22361652, 165.71441793, 8.8707578555, 36.664761432, 0.99285686),
+    "none-linear": ("beab789dd15c2c95", 972.48949104, 176.76715686, -9.4150169343, -107.33552013, 0.35892183),
+    "rope-latent": ("8c85b620b512f47a", 1146.4775561, 188.21684817, -7.8646910507, -54.382146390, 0.91239476),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BEFORE))
+def test_the_default_options_build_the_models_of_before(kind):
+    """Same parameters, made in the same order from the same draws, the same logits, and the
+    generator left where it was: so chapter 8's outputs do not move."""
+    expected = BEFORE[kind]
+    model = lm(**BEFORE_OPTIONS[kind])
+    state = model.state_dict()
+    layout = hashlib.sha256(";".join(f"{k}{tuple(v.shape)}" for k, v in state.items()).encode()).hexdigest()[:16]
+    weighted = sum((i + 1) * v.double().sum().item() for i, v in enumerate(state.values()))
+    squares = sum(v.double().pow(2).sum().item() for v in state.values())
+    tokens = torch.randint(0, V, (2, 9))
+    with torch.no_grad():
+        logits = model(tokens).double()
+    found = (layout, weighted, squares, logits.sum().item(), (logits * torch.arange(V)).sum().item())
+    assert found[0] == expected[0]
+    assert found[1:] == pytest.approx(expected[1:5], rel=1e-6, abs=1e-5)
+    assert torch.rand(()).item() == pytest.approx(expected[5], abs=1e-7)
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 
@@ -150,3 +313,11 @@ def test_bad_input_gets_named_errors():
         QKNorm(4)(torch.ones(1, 2, 3, 5), torch.ones(1, 2, 3, 4))
     with pytest.raises(ValueError, match=r"^QKNorm: k must have shape \(B, G, S, 4\), got \(2, 3, 4\)$"):
         QKNorm(4)(torch.ones(1, 2, 3, 4), torch.ones(2, 3, 4))
+    with pytest.raises(ValueError, match=r"^LMConfig: norm must be one of \('layer', 'rms'\), got 'batch'$"):
+        lm_config(norm="batch")
+    with pytest.raises(ValueError, match=r"^LMConfig: feedforward must be one of \('gelu', 'swiglu'\), got 'relu'$"):
+        lm_config(feedforward="relu")
+    with pytest.raises(TypeError, match=r"^LMConfig: qk_norm must be a bool, got int \(1\)$"):
+        lm_config(qk_norm=1)
+    with pytest.raises(ValueError, match=r"^LMConfig: qk_norm normalises each head's queries and keys, .*latent"):
+        lm_config(qk_norm=True, attention="latent", latent_dim=8, rope_dim=2)

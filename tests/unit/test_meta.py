@@ -424,7 +424,7 @@ def _lm_windows():
     return out + out_latent, params(model) + params(latent)
 
 
-# --- chapter 8's modern block: RMSNorm, SwiGLU, QK-norm -------------------------------------------
+# --- chapter 8's modern block: RMSNorm, SwiGLU, QK-norm, alone and in TransformerLM ---------------
 
 
 @case("RMSNorm-SwiGLU-QKNorm", RMSNorm, SwiGLU, QKNorm)
@@ -435,6 +435,34 @@ def _modern_parts():
     out_half = norm(half)  # computed in float32, returned in float16
     assert out_half.dtype == torch.float16
     return (norm(x), out_half, ff(x), *qk(q, k)), [x, half, q, k, *params(norm, ff, qk)]
+
+
+MODERN_LMS = {
+    f"{positions}-{attention}-{'causal' if causal else 'encoder'}": dict(
+        positions=positions, attention=attention, causal=causal, norm="rms", feedforward="swiglu", qk_norm=True
+    )
+    for positions in ("rope", "alibi")
+    for attention in ("softmax", "linear")
+    for causal in (True, False)
+    if not (attention == "linear" and positions == "alibi")
+}
+
+for name, options in MODERN_LMS.items():
+
+    @case(f"TransformerLM-modern-{name}", TransformerLM, LMBlock, RMSNorm, SwiGLU, QKNorm)
+    def _modern_lm(options=options):
+        model = lm(dropout=0.1, **options).train()
+        return model(ids(B, 6, high=13)), params(model)
+
+    if options["causal"]:
+
+        @case(f"TransformerLM-modern-cached-steps-{name}", TransformerLM, LMBlock, LMCache, QKNorm)
+        def _modern_lm_steps(options=options):
+            model = lm(num_kv_heads=2, **options)
+            caches = model.new_caches()
+            out = [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4)]
+            assert all(c.length == 5 for c in caches)
+            return out, params(model)
 
 
 @case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)
