@@ -1,20 +1,24 @@
-"""Chapter 8's modern block: RMSNorm, SwiGLU, QK-norm, and TransformerLM's options for them."""
+"""Chapter 8's modern block: RMSNorm, SwiGLU, QK-norm, and a block's parameters and FLOPs by formula."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import pytest
 import torch
 from torch import nn
 
 from attnlab.attention import rotary_embedding
+from attnlab.complexity import count_flops
 from attnlab.models import (
     LMConfig,
     QKNorm,
     RMSNorm,
     SwiGLU,
     TransformerLM,
+    block_flops,
+    block_parameters,
 )
 from attnlab.models.lm import LMBlock
 from attnlab.models.position_wise import FeedForward
@@ -277,6 +281,55 @@ def test_the_default_options_build_the_models_of_before(kind):
     assert torch.rand(()).item() == pytest.approx(expected[5], abs=1e-7)
 
 
+# --- parameters and FLOPs by formula -------------------------------------------------------------
+
+BLOCKS = [
+    dict(attention=attention, num_kv_heads=groups, norm=norm, feedforward=feedforward, qk_norm=qk_norm)
+    for attention, groups, norm, feedforward, qk_norm in itertools.product(
+        ("softmax", "linear", "latent"), (None, 2, 1), ("layer", "rms"), ("gelu", "swiglu"), (False, True)
+    )
+    if not (attention == "latent" and (groups is not None or qk_norm))
+]
+
+
+@pytest.mark.parametrize("options", BLOCKS, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_block_parameters_counts_the_blocks_parameters(options):
+    config = LMConfig(V, d_model=24, num_heads=4, dim_feedforward=40, latent_dim=6, rope_dim=4, **options)
+    block = LMBlock(config)
+    assert block_parameters(config) == sum(p.numel() for p in block.parameters())
+
+
+def test_block_parameters_by_hand():
+    """D = 64, H = G = 4, F = 256, the defaults: LayerNorm and GELU, then each modern part."""
+    D, F, E = 64, 256, 16
+    base = 4 * (D * D + D) + 4 * D + (2 * D * F + F + D)
+    assert block_parameters(LMConfig(V)) == base == 49_984
+    assert block_parameters(LMConfig(V, norm="rms")) == base - 2 * D
+    assert block_parameters(LMConfig(V, feedforward="swiglu")) == base - (2 * D * F + F + D) + 3 * D * F
+    assert block_parameters(LMConfig(V, qk_norm=True)) == base + 2 * E
+    # SwiGLU at 2/3 of the hidden size has the GELU network's weights, less its biases (Shazeer 2020)
+    gelu, swiglu = LMConfig(V, dim_feedforward=192), LMConfig(V, dim_feedforward=128, feedforward="swiglu")
+    assert block_parameters(swiglu) == block_parameters(gelu) - (192 + D)
+
+
+@pytest.mark.parametrize("length", [1, 6, 13])
+@pytest.mark.parametrize(
+    "options",
+    [{}, MODERN, dict(num_kv_heads=2, **MODERN), dict(num_kv_heads=1, feedforward="swiglu"), dict(window=3)],
+    ids=["default", "modern", "modern-G2", "swiglu-G1", "window"],
+)
+def test_block_flops_is_what_the_flop_counter_counts(options, length):
+    config = LMConfig(V, d_model=24, num_heads=4, dim_feedforward=40, **options)
+    block = LMBlock(config, config.layer_windows[0])
+    block.attn.backend = "naive"  # the counter does not see PyTorch's fused CPU kernel
+    x = torch.randn(2, length, 24)
+    assert count_flops(lambda: block(x)) == 2 * block_flops(config, length)
+    D, F = 24, 40
+    weights = 4 * D * D + (3 if config.feedforward == "swiglu" else 2) * D * F
+    if config.kv_heads == 4:  # per position: twice the weights, and 4 H E n for the attention
+        assert block_flops(config, length) == length * (2 * weights + 4 * D * length)
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 
@@ -321,3 +374,11 @@ def test_bad_input_gets_named_errors():
         lm_config(qk_norm=1)
     with pytest.raises(ValueError, match=r"^LMConfig: qk_norm normalises each head's queries and keys, .*latent"):
         lm_config(qk_norm=True, attention="latent", latent_dim=8, rope_dim=2)
+    with pytest.raises(TypeError, match=r"^block_parameters: config must be an LMConfig, got dict$"):
+        block_parameters({"d_model": 16})
+    with pytest.raises(TypeError, match=r"^block_flops: config must be an LMConfig, got NoneType$"):
+        block_flops(None, 4)
+    with pytest.raises(ValueError, match=r"^block_flops: length must be an int >= 1, got 0$"):
+        block_flops(lm_config(), 0)
+    with pytest.raises(ValueError, match=r"^block_flops: config.attention must be 'softmax', got 'linear'$"):
+        block_flops(lm_config(attention="linear"), 4)

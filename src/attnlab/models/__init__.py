@@ -14,7 +14,15 @@ from attnlab.models.captioning import (
     SoftCaptioner,
     region_cells,
 )
-from attnlab.models.lm import LMCache, LMConfig, TransformerLM, generate, sample_next
+from attnlab.models.lm import (
+    LMCache,
+    LMConfig,
+    TransformerLM,
+    block_flops,
+    block_parameters,
+    generate,
+    sample_next,
+)
 from attnlab.models.seq2seq import (
     AttentionDecoder,
     BahdanauDecoder,
@@ -82,6 +90,8 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "TransformerLM",
+    "block_flops",
+    "block_parameters",
     "copy_from_torch_transformer",
     "frobenius_penalty",
     "generate",

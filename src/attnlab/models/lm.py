@@ -22,6 +22,8 @@ of ``LMConfig``:
   LayerNorm), ``feedforward="swiglu"`` (SwiGLU in place of the GELU network) and ``qk_norm``
   (RMSNorm on each head's queries and keys).
 
+``block_parameters`` and ``block_flops`` count a block's parameters and FLOPs by formula.
+
 A decoder-only model generates with a cache per block (``new_caches``): ``LMCache`` holds the keys
 and values of every earlier position for softmax attention, the constant-size state ``(S, z)``
 for linear attention; a windowed layer's ``SinkKVCache`` holds its window and sinks only. Any
@@ -59,6 +61,8 @@ __all__ = [
     "LMCache",
     "LMConfig",
     "TransformerLM",
+    "block_flops",
+    "block_parameters",
     "generate",
     "sample_next",
 ]
@@ -254,6 +258,63 @@ class LMBlock(nn.Module):
     def forward(self, x: torch.Tensor, start: int = 0, cache: KeyValueCache | None = None) -> torch.Tensor:
         x = x + self.dropout(self.attend(self.norm1(x), start, cache))
         return x + self.dropout(self.ff(self.norm2(x)))
+
+
+def block_parameters(config: LMConfig) -> int:
+    """The parameters of one ``LMBlock`` of ``config``, by formula (chapter 8).
+
+    With ``D = d_model``, ``H`` query heads and ``G`` key and value heads of size
+    ``E = D / H``, ``F = dim_feedforward``:
+
+    - attention, softmax or linear: ``W_Q, W_O (D x D)``, ``W_K, W_V (D x G E)``, each with its
+      bias: ``2 (D^2 + D) + 2 (D G E + G E)``; latent (``C = latent_dim``, ``R = rope_dim``):
+      ``W_DKV (D C + C)``, ``W_UK, W_UV (C H E)``, ``W_KR (D R + R)``, ``W_UQ (D H E + H E)``,
+      ``W_QR (D H R + H R)``, ``W_O (H E D + D)``;
+    - two norms: ``2 * 2 D`` for LayerNorm (a gain and a bias), ``2 * D`` for RMSNorm (a gain);
+    - the feed-forward network: ``2 D F + F + D`` for GELU (biased), ``3 D F`` for SwiGLU;
+    - QK-norm: ``2 E``, one gain for the queries and one for the keys, shared by the heads.
+
+    ``tests/unit/test_blocks.py`` checks it against ``sum(p.numel() for p in block.parameters())``.
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"block_parameters: config must be an LMConfig, got {type(config).__name__}")
+    c = config
+    D, H, G, E, F = c.d_model, c.num_heads, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
+    if c.attention == "latent":
+        C, R = c.latent_dim, c.rope_dim
+        attention = (D * C + C) + 2 * C * H * E + (D * R + R) + (D * H * E + H * E) + (D * H * R + H * R)
+        attention += H * E * D + D
+    else:
+        attention = 2 * (D * D + D) + 2 * (D * G * E + G * E)
+    norms = 2 * (2 * D if c.norm == "layer" else D)
+    feedforward = 3 * D * F if c.feedforward == "swiglu" else 2 * D * F + F + D
+    return attention + norms + feedforward + (2 * E if c.qk_norm else 0)
+
+
+def block_flops(config: LMConfig, length: int) -> int:
+    """FLOPs of one ``LMBlock``'s forward pass over one sequence of ``length`` positions (chapter 8).
+
+    Counted as ``torch.utils.flop_counter.FlopCounterMode`` counts (``attnlab.complexity.
+    count_flops``): the matrix products, two FLOPs per multiply-add. Per position that is
+    ``2 P + 4 H E n`` for ``n = length``: twice ``P``, the entries of the block's weight matrices
+    (``2 D^2 + 2 D G E`` for attention, ``2 D F`` for the GELU network, ``3 D F`` for SwiGLU),
+    plus the scores ``q k^T`` and the weighted sum of values, ``2 H E`` each per key. Every
+    query meets all ``n`` keys, as a dense kernel computes them: a causal mask or a window
+    hides scores without saving their FLOPs. Norms, activations, the softmax and the gate's
+    product are ``O(n D)`` and not counted.
+
+    Softmax attention only (``attention="softmax"``): linear and latent attention multiply other
+    matrices. ``tests/unit/test_blocks.py`` checks it against ``count_flops`` of a block.
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"block_flops: config must be an LMConfig, got {type(config).__name__}")
+    check_int("block_flops", "length", length)
+    if config.attention != "softmax":
+        raise ValueError(f"block_flops: config.attention must be 'softmax', got {config.attention!r}")
+    c = config
+    D, G, E, F = c.d_model, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
+    weights = 2 * D * D + 2 * D * G * E + (3 if c.feedforward == "swiglu" else 2) * D * F  # P
+    return length * (2 * weights + 4 * c.num_heads * E * length)
 
 
 class TransformerLM(nn.Module):
