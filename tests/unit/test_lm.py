@@ -33,6 +33,12 @@ KINDS["rope-window-global"] = dict(positions="rope", window=(2, None))  # Gemma'
 KINDS["rope-window-sinks"] = dict(positions="rope", window=3, sinks=2)  # StreamingLLM
 KINDS["rope-latent"] = dict(positions="rope", attention="latent", latent_dim=8, rope_dim=2)  # DeepSeek's MLA
 KINDS["alibi-window-sinks"] = dict(positions="alibi", window=(None, 2), sinks=1)
+MODERN = dict(norm="rms", feedforward="swiglu", qk_norm=True)  # chapter 8's modern block
+KINDS["rope-modern"] = dict(positions="rope", **MODERN)
+KINDS["rope-modern-G2-window-sinks"] = dict(positions="rope", num_kv_heads=2, window=(3, None), sinks=1, **MODERN)
+KINDS["alibi-modern-G1"] = dict(positions="alibi", num_kv_heads=1, **MODERN)
+KINDS["rope-linear-modern"] = dict(positions="rope", attention="linear", **MODERN)
+KINDS["rope-latent-rms-swiglu"] = dict(attention="latent", latent_dim=8, rope_dim=2, norm="rms", feedforward="swiglu")
 
 
 def lm(seed: int = 0, **options) -> TransformerLM:

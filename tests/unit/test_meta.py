@@ -118,14 +118,14 @@ from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
 from attnlab.inference import (
     CacheMemory,
-    speculative_decode,
-    verify_draft,
     KVBlockPool,
     PagedKVCache,
     cache_memory,
     merge_attention_partials,
     paged_attention,
+    speculative_decode,
     split_kv_attention,
+    verify_draft,
 )
 from attnlab.models import (
     POSITIONS,
@@ -147,6 +147,8 @@ from attnlab.models import (
     LuongDecoder,
     LuongLocalDecoder,
     PositionPredictor,
+    QKNorm,
+    RMSNorm,
     SelfAttentionTagger,
     Seq2Seq,
     Seq2SeqConfig,
@@ -154,6 +156,7 @@ from attnlab.models import (
     StructuredClassifier,
     StructuredConfig,
     StructuredSelfAttention,
+    SwiGLU,
     TaggerConfig,
     Transformer,
     TransformerConfig,
@@ -419,6 +422,47 @@ def _lm_windows():
     out += [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4, 5)]
     assert caches[0].cached_length == 1 + 2 and caches[1].cached_length == 6
     return out + out_latent, params(model) + params(latent)
+
+
+# --- chapter 8's modern block: RMSNorm, SwiGLU, QK-norm, alone and in TransformerLM ---------------
+
+
+@case("RMSNorm-SwiGLU-QKNorm", RMSNorm, SwiGLU, QKNorm)
+def _modern_parts():
+    norm, ff, qk = on_meta(RMSNorm(6)), on_meta(SwiGLU(6, 10, bias=True, dropout=0.1)), on_meta(QKNorm(4))
+    x, half = randn(B, T, 6, grad=True), randn(B, T, 6, grad=True, dtype=torch.float16)
+    q, k = randn(B, 4, T, 4, grad=True), randn(B, 2, S, 4, grad=True)
+    out_half = norm(half)  # computed in float32, returned in float16
+    assert out_half.dtype == torch.float16
+    return (norm(x), out_half, ff(x), *qk(q, k)), [x, half, q, k, *params(norm, ff, qk)]
+
+
+MODERN_LMS = {
+    f"{positions}-{attention}-{'causal' if causal else 'encoder'}": dict(
+        positions=positions, attention=attention, causal=causal, norm="rms", feedforward="swiglu", qk_norm=True
+    )
+    for positions in ("rope", "alibi")
+    for attention in ("softmax", "linear")
+    for causal in (True, False)
+    if not (attention == "linear" and positions == "alibi")
+}
+
+for name, options in MODERN_LMS.items():
+
+    @case(f"TransformerLM-modern-{name}", TransformerLM, LMBlock, RMSNorm, SwiGLU, QKNorm)
+    def _modern_lm(options=options):
+        model = lm(dropout=0.1, **options).train()
+        return model(ids(B, 6, high=13)), params(model)
+
+    if options["causal"]:
+
+        @case(f"TransformerLM-modern-cached-steps-{name}", TransformerLM, LMBlock, LMCache, QKNorm)
+        def _modern_lm_steps(options=options):
+            model = lm(num_kv_heads=2, **options)
+            caches = model.new_caches()
+            out = [model(ids(B, 3, high=13), 0, caches)] + [model(ids(B, 1, high=13), t, caches) for t in (3, 4)]
+            assert all(c.length == 5 for c in caches)
+            return out, params(model)
 
 
 @case("Transformer-KVCache-decode-with-gradients", DecoderLayer, KVCache)

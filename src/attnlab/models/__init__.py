@@ -1,8 +1,10 @@
 """Models built from the package's parts: ``seq2seq`` (chapter 1 on; its parts in ``recurrent``,
 chapter 1, and ``attention_decoders``, chapters 2 and 4), ``captioning`` and ``structured``
 (chapter 4), ``tagger`` (chapter 5), ``transformer`` (chapter 6; its position-wise parts in
-``position_wise``), ``lm`` (chapter 8)."""
+``position_wise``), ``lm`` (chapter 8), ``blocks`` (chapter 8's modern parts: RMSNorm, SwiGLU
+and QK-norm)."""
 
+from attnlab.models.blocks import QKNorm, RMSNorm, SwiGLU
 from attnlab.models.captioning import (
     Captioner,
     CaptionerConfig,
@@ -12,7 +14,15 @@ from attnlab.models.captioning import (
     SoftCaptioner,
     region_cells,
 )
-from attnlab.models.lm import LMCache, LMConfig, TransformerLM, generate, sample_next
+from attnlab.models.lm import (
+    LMCache,
+    LMConfig,
+    TransformerLM,
+    block_flops,
+    block_parameters,
+    generate,
+    sample_next,
+)
 from attnlab.models.seq2seq import (
     AttentionDecoder,
     BahdanauDecoder,
@@ -66,6 +76,8 @@ __all__ = [
     "LuongDecoder",
     "LuongLocalDecoder",
     "PositionPredictor",
+    "QKNorm",
+    "RMSNorm",
     "SelfAttentionTagger",
     "Seq2Seq",
     "Seq2SeqConfig",
@@ -73,10 +85,13 @@ __all__ = [
     "StructuredClassifier",
     "StructuredConfig",
     "StructuredSelfAttention",
+    "SwiGLU",
     "TaggerConfig",
     "Transformer",
     "TransformerConfig",
     "TransformerLM",
+    "block_flops",
+    "block_parameters",
     "copy_from_torch_transformer",
     "frobenius_penalty",
     "generate",

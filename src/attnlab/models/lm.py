@@ -17,7 +17,12 @@ of ``LMConfig``:
   (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9);
 - ``window``: sliding-window attention in every layer (an int) or in some (one entry per layer,
   ``None`` for a global one: Gemma 2 and 3 interleave local and global layers), and ``sinks``,
-  the first positions a window always keeps (chapter 9).
+  the first positions a window always keeps (chapter 9);
+- the modern block's parts (``attnlab.models.blocks``): ``norm="rms"`` (RMSNorm in place of
+  LayerNorm), ``feedforward="swiglu"`` (SwiGLU in place of the GELU network) and ``qk_norm``
+  (RMSNorm on each head's queries and keys).
+
+``block_parameters`` and ``block_flops`` count a block's parameters and FLOPs by formula.
 
 A decoder-only model generates with a cache per block (``new_caches``): ``LMCache`` holds the keys
 and values of every earlier position for softmax attention, the constant-size state ``(S, z)``
@@ -42,23 +47,30 @@ from attnlab.attention.latent import MultiHeadLatentAttention
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.local import SinkKVCache, sliding_window_mask
 from attnlab.attention.positional import alibi_slopes, rotary_embedding, sinusoidal_encoding
+from attnlab.models.blocks import QKNorm, RMSNorm, SwiGLU
 from attnlab.models.caches import LMCache
 from attnlab.models.position_wise import FeedForward
-from attnlab.validation import check_choice, check_int, check_number, check_tensor, describe
+from attnlab.validation import check_bool, check_choice, check_int, check_number, check_tensor, describe
 
 __all__ = [
     "ATTENTION_KINDS",
+    "FEEDFORWARD_KINDS",
+    "NORM_KINDS",
     "POSITION_KINDS",
     "LMBlock",
     "LMCache",
     "LMConfig",
     "TransformerLM",
+    "block_flops",
+    "block_parameters",
     "generate",
     "sample_next",
 ]
 
 POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
 ATTENTION_KINDS = ("softmax", "linear", "latent")
+NORM_KINDS = ("layer", "rms")
+FEEDFORWARD_KINDS = ("gelu", "swiglu")
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,17 @@ class LMConfig:
     also sees (chapter 9). ``latent_dim`` and ``rope_dim``: the sizes of the latent and of the
     decoupled rotary key of ``attention="latent"`` (``MultiHeadLatentAttention``), which brings
     its own rotary positions: it needs ``positions="rope"``.
+
+    The modern block (``attnlab.models.blocks``): ``norm`` is ``"layer"`` (LayerNorm) or
+    ``"rms"`` (RMSNorm), in both sub-layers and after the last block. ``feedforward`` is
+    ``"gelu"`` (``FeedForward``, two biased layers) or ``"swiglu"`` (``SwiGLU``, three layers
+    without biases); SwiGLU's hidden size is ``dim_feedforward`` as given, so at equal
+    ``dim_feedforward`` it has 1.5 times the network's weights (Shazeer 2020 and Llama take
+    2/3 of ``4 d_model`` to keep them equal). ``qk_norm`` puts an RMSNorm on each head's queries
+    and keys before the rotary positions (``QKNorm``); with linear attention it normalises what
+    the feature map receives; latent attention has no per-head key before its up-projection to
+    normalise here, and refuses it. The defaults build the models of the earlier chapters,
+    parameter for parameter.
     """
 
     vocab_size: int
@@ -91,6 +114,9 @@ class LMConfig:
     sinks: int = 0
     latent_dim: int = 32
     rope_dim: int = 8
+    norm: str = "layer"
+    feedforward: str = "gelu"
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -134,6 +160,14 @@ class LMConfig:
             raise ValueError("LMConfig: a window needs causal softmax attention")
         if self.sinks and all(w is None for w in self.layer_windows):
             raise ValueError(f"LMConfig: sinks ({self.sinks}) need a window to be kept beside")
+        check_choice("LMConfig", "norm", self.norm, NORM_KINDS)
+        check_choice("LMConfig", "feedforward", self.feedforward, FEEDFORWARD_KINDS)
+        check_bool("LMConfig", "qk_norm", self.qk_norm)
+        if self.qk_norm and self.attention == "latent":
+            raise ValueError(
+                "LMConfig: qk_norm normalises each head's queries and keys, which latent attention "
+                "builds from its latent inside MultiHeadLatentAttention; use attention='softmax' or 'linear'"
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -145,15 +179,23 @@ class LMConfig:
         return self.window if isinstance(self.window, tuple) else (self.window,) * self.num_layers
 
 
+def _norm(config: LMConfig) -> nn.Module:
+    """The block's and the model's normalisation layer, LayerNorm or RMSNorm (``config.norm``)."""
+    return nn.LayerNorm(config.d_model) if config.norm == "layer" else RMSNorm(config.d_model)
+
+
 class LMBlock(nn.Module):
-    """A pre-LN Transformer block with rotary/ALiBi positions, grouped keys and values, softmax or
-    linear attention (chapter 8). ``x (B, N, D)`` at positions ``start, ..., start + N - 1``."""
+    """A pre-norm Transformer block with rotary/ALiBi positions, grouped keys and values, softmax,
+    linear or latent attention, and the modern block's parts: RMSNorm, SwiGLU, QK-norm (chapter
+    8). ``x (B, N, D)`` at positions ``start, ..., start + N - 1``."""
 
     def __init__(self, config: LMConfig, window: int | None = None):
         super().__init__()
         c = self.config = config
         self.window = window
-        self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        # RMSNorm and QK-norm draw no random numbers, and SwiGLU draws only in FeedForward's place: with
+        # the default options the parameters come in the order and from the draws of the earlier chapters
+        self.norm1, self.norm2 = _norm(c), _norm(c)
         self.attn: nn.Module
         if c.attention == "latent":
             self.attn = MultiHeadLatentAttention(
@@ -161,7 +203,12 @@ class LMBlock(nn.Module):
             )
         else:
             self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
-        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, "gelu")
+        self.qk_norm = QKNorm(c.d_model // c.num_heads) if c.qk_norm else None
+        self.ff: nn.Module
+        if c.feedforward == "swiglu":
+            self.ff = SwiGLU(c.d_model, c.dim_feedforward, dropout=c.dropout)
+        else:
+            self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, "gelu")
         self.dropout = nn.Dropout(c.dropout)
 
     def attend(self, h: torch.Tensor, start: int = 0, cache: KeyValueCache | None = None) -> torch.Tensor:
@@ -176,6 +223,8 @@ class LMBlock(nn.Module):
         q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
         B, H, N, E = q.shape
         # listing: block
+        if self.qk_norm is not None:  # each head's queries and keys, before the rotation
+            q, k = self.qk_norm(q, k)
         if c.positions == "rope":
             positions = torch.arange(start, start + N, device=h.device)  # (N,)
             q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
@@ -211,8 +260,65 @@ class LMBlock(nn.Module):
         return x + self.dropout(self.ff(self.norm2(x)))
 
 
+def block_parameters(config: LMConfig) -> int:
+    """The parameters of one ``LMBlock`` of ``config``, by formula (chapter 8).
+
+    With ``D = d_model``, ``H`` query heads and ``G`` key and value heads of size
+    ``E = D / H``, ``F = dim_feedforward``:
+
+    - attention, softmax or linear: ``W_Q, W_O (D x D)``, ``W_K, W_V (D x G E)``, each with its
+      bias: ``2 (D^2 + D) + 2 (D G E + G E)``; latent (``C = latent_dim``, ``R = rope_dim``):
+      ``W_DKV (D C + C)``, ``W_UK, W_UV (C H E)``, ``W_KR (D R + R)``, ``W_UQ (D H E + H E)``,
+      ``W_QR (D H R + H R)``, ``W_O (H E D + D)``;
+    - two norms: ``2 * 2 D`` for LayerNorm (a gain and a bias), ``2 * D`` for RMSNorm (a gain);
+    - the feed-forward network: ``2 D F + F + D`` for GELU (biased), ``3 D F`` for SwiGLU;
+    - QK-norm: ``2 E``, one gain for the queries and one for the keys, shared by the heads.
+
+    ``tests/unit/test_blocks.py`` checks it against ``sum(p.numel() for p in block.parameters())``.
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"block_parameters: config must be an LMConfig, got {type(config).__name__}")
+    c = config
+    D, H, G, E, F = c.d_model, c.num_heads, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
+    if c.attention == "latent":
+        C, R = c.latent_dim, c.rope_dim
+        attention = (D * C + C) + 2 * C * H * E + (D * R + R) + (D * H * E + H * E) + (D * H * R + H * R)
+        attention += H * E * D + D
+    else:
+        attention = 2 * (D * D + D) + 2 * (D * G * E + G * E)
+    norms = 2 * (2 * D if c.norm == "layer" else D)
+    feedforward = 3 * D * F if c.feedforward == "swiglu" else 2 * D * F + F + D
+    return attention + norms + feedforward + (2 * E if c.qk_norm else 0)
+
+
+def block_flops(config: LMConfig, length: int) -> int:
+    """FLOPs of one ``LMBlock``'s forward pass over one sequence of ``length`` positions (chapter 8).
+
+    Counted as ``torch.utils.flop_counter.FlopCounterMode`` counts (``attnlab.complexity.
+    count_flops``): the matrix products, two FLOPs per multiply-add. Per position that is
+    ``2 P + 4 H E n`` for ``n = length``: twice ``P``, the entries of the block's weight matrices
+    (``2 D^2 + 2 D G E`` for attention, ``2 D F`` for the GELU network, ``3 D F`` for SwiGLU),
+    plus the scores ``q k^T`` and the weighted sum of values, ``2 H E`` each per key. Every
+    query meets all ``n`` keys, as a dense kernel computes them: a causal mask or a window
+    hides scores without saving their FLOPs. Norms, activations, the softmax and the gate's
+    product are ``O(n D)`` and not counted.
+
+    Softmax attention only (``attention="softmax"``): linear and latent attention multiply other
+    matrices. ``tests/unit/test_blocks.py`` checks it against ``count_flops`` of a block.
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"block_flops: config must be an LMConfig, got {type(config).__name__}")
+    check_int("block_flops", "length", length)
+    if config.attention != "softmax":
+        raise ValueError(f"block_flops: config.attention must be 'softmax', got {config.attention!r}")
+    c = config
+    D, G, E, F = c.d_model, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
+    weights = 2 * D * D + 2 * D * G * E + (3 if c.feedforward == "swiglu" else 2) * D * F  # P
+    return length * (2 * weights + 4 * c.num_heads * E * length)
+
+
 class TransformerLM(nn.Module):
-    """Token embedding, ``num_layers`` ``LMBlock``s, a final LayerNorm and a linear layer to the
+    """Token embedding, ``num_layers`` ``LMBlock``s, a final norm and a linear layer to the
     vocabulary (defined in chapter 8): an encoder-only model with ``causal=False`` (BERT's
     shape), a decoder-only one with ``causal=True`` (GPT's).
 
@@ -233,7 +339,7 @@ class TransformerLM(nn.Module):
         elif c.positions == "learned":
             self.pe = nn.Parameter(torch.randn(c.max_len, c.d_model) * 0.02)
         self.blocks = nn.ModuleList(LMBlock(c, w) for w in c.layer_windows)
-        self.norm = nn.LayerNorm(c.d_model)
+        self.norm = _norm(c)
         self.head = nn.Linear(c.d_model, c.vocab_size)
 
     def new_caches(self) -> list[KeyValueCache]:
