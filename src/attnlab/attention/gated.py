@@ -98,8 +98,9 @@ def retnet_decay(
     ``RetNetRelPos`` in microsoft/torchscale computes the same ``log(1 - 2^(-5-h))``). Head 0
     forgets fastest (``1/32`` of its state per step); each further head keeps its keys about
     twice as long. ``log=True`` returns ``log gamma_h``, the ``log_gate`` of
-    ``gated_linear_attention``, computed as ``log1p(-2^(-5-h))``: from ``h = 19`` on, ``gamma_h``
-    rounds to 1 in float32 and its log to 0, which the ``log1p`` keeps apart.
+    ``gated_linear_attention``, computed as ``log1p(-2^(-5-h))`` in double precision and rounded
+    once, not as the log of the rounded ``gamma_h``: from ``h = 20`` on, ``gamma_h`` rounds to 1
+    in float32 and its log would be 0, a head that never forgets.
     """
     check_int("retnet_decay", "num_heads", num_heads)
     check_bool("retnet_decay", "log", log)
@@ -288,7 +289,7 @@ class GatedLinearAttention(nn.Module):
       head and step; ``A_h = exp(A_log_h)`` starts uniform in ``[1, 16]`` and
       ``softplus(dt_bias_h)`` log-uniform in ``[0.001, 0.1]``, as in ``mamba_ssm``'s ``Mamba2``;
     - ``"vector"``: GLA's ``log a_t = logsigmoid(x_t W_1 W_2 + b) / 16``, one per head, step and
-      key feature, through a rank-16 projection (Yang et al. 2024, section 4.4; the defaults of
+      key feature, through a rank-16 projection (Yang et al. 2024; the defaults of
       ``fla.layers.GatedLinearAttention``).
 
     ``norm``: divide each head's output by its root mean square (GLA's per-head RMSNorm without
