@@ -65,7 +65,10 @@ import attnlab.inference
 import attnlab.models
 from attnlab.attention import (
     BACKENDS,
+    GATED_FORMS,
+    GATES,
     SCORES,
+    GatedLinearAttention,
     GroupedQueryAttention,
     LearnedPositionalEmbedding,
     MovingAverageBaseline,
@@ -88,6 +91,8 @@ from attnlab.attention import (
     elu_feature_map,
     flash_block_sizes,
     from_key_padding_mask,
+    gated_attention_weights,
+    gated_linear_attention,
     grouped_query_attention,
     hard_attend,
     kv_cache_bytes_per_token,
@@ -103,6 +108,7 @@ from attnlab.attention import (
     reinforce_loss,
     relative_rotation,
     repeat_kv,
+    retnet_decay,
     rotary_embedding,
     sample_location,
     scaled_dot_product_attention,
@@ -872,6 +878,32 @@ def _linear():
         linear_attention_weights(q, k, causal=True),
         elu_feature_map(q),
     ), [q, k, v]
+
+
+for gate_kind in ("scalar", "vector"):
+
+    @case(f"gated-linear-attention-{gate_kind}", gated_linear_attention, gated_attention_weights, retnet_decay)
+    def _gated(gate_kind=gate_kind):
+        q, k, v = qkv(batch=(B, 3), length=5, keys=5)
+        gate_logits = randn(B, 3, 5, *((E,) if gate_kind == "vector" else ()), grad=True)
+        log_gate = torch.nn.functional.logsigmoid(gate_logits)
+        state = randn(B, 3, E, E, grad=True)
+        outputs = [gated_linear_attention(q, k, v, log_gate, form=form, chunk_size=2) for form in GATED_FORMS]
+        continued = gated_linear_attention(q, k, v, log_gate, form="chunked", chunk_size=3, state=state)
+        fixed = retnet_decay(3, log=True, device=META)[None, :, None].expand(B, 3, 5)
+        weights = gated_attention_weights(q, k, fixed), gated_attention_weights(q, k, log_gate)
+        return (outputs, continued, weights), [q, k, v, gate_logits, state]
+
+
+for gate_kind in GATES:
+
+    @case(f"GatedLinearAttention-{gate_kind}", GatedLinearAttention)
+    def _gated_module(gate_kind=gate_kind):
+        mixer = on_meta(GatedLinearAttention(E, 2, gate=gate_kind))
+        x = randn(B, 5, E, grad=True)
+        whole, state = mixer(x)
+        steps = [mixer(x[:, :3], form="parallel"), mixer(x[:, 3:], state, form="recurrent")]
+        return (whole, state, steps), [*params(mixer), x]
 
 
 @case("tiled-and-standard-attention", tiled_attention, standard_attention, attention_traffic, flash_block_sizes)

@@ -16,6 +16,8 @@
 - ``latent``: multi-head latent attention (DeepSeek-V2, chapter 9): keys and values decompressed
   from one cached latent per token, a decoupled rotary key, and weight absorption.
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
+- ``gated``: decayed and gated linear attention (RetNet, Mamba-2, GLA): a state that forgets, in
+  parallel, recurrent and chunked forms computed in log space, and a token mixer of it.
 - ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
@@ -28,6 +30,14 @@ the rolling buffer and the decoders' caches of ``attnlab.models`` alike.
 from attnlab.attention.blockwise import blockwise_attention
 from attnlab.attention.cache import KeyValueCache
 from attnlab.attention.core import BACKENDS, attention, scaled_dot_product_attention
+from attnlab.attention.gated import (
+    GATED_FORMS,
+    GATES,
+    GatedLinearAttention,
+    gated_attention_weights,
+    gated_linear_attention,
+    retnet_decay,
+)
 from attnlab.attention.grouped import (
     GroupedQueryAttention,
     grouped_query_attention,
@@ -84,11 +94,14 @@ from attnlab.attention.traffic import Traffic, attention_traffic, flash_block_si
 
 __all__ = [
     "BACKENDS",
+    "GATED_FORMS",
+    "GATES",
     "SCORES",
     "AdditiveScore",
     "ConcatScore",
     "CosineScore",
     "DotScore",
+    "GatedLinearAttention",
     "GeneralScore",
     "GroupedQueryAttention",
     "KeyValueCache",
@@ -115,6 +128,8 @@ __all__ = [
     "elu_feature_map",
     "flash_block_sizes",
     "from_key_padding_mask",
+    "gated_attention_weights",
+    "gated_linear_attention",
     "grouped_query_attention",
     "hard_attend",
     "kv_cache_bytes_per_token",
@@ -130,6 +145,7 @@ __all__ = [
     "reinforce_loss",
     "relative_rotation",
     "repeat_kv",
+    "retnet_decay",
     "rotary_embedding",
     "sample_location",
     "scaled_dot_product_attention",

@@ -6,12 +6,15 @@
 - ``evidence``: classification by a few tokens among distractors, and by one key sentence of a
   document (chapter 4).
 - ``scenes``: small images of coloured shapes with captions in reading order (chapter 4).
+- ``recall``: multi-query associative recall (Zoology's MQAR): key-value pairs, then queries of
+  the keys, for the chapter "Beyond softmax".
 - ``text``: the one corpus shipped rather than generated, 14 modules of Python's standard
   library (PSF licence), for chapter 8's language models.
 """
 
 from attnlab.data.dates import DATE_FORMATS, date_spans, detect_format, format_date, make_date_pairs
 from attnlab.data.evidence import DocumentTask, EvidenceTask, make_document_task, make_evidence_task
+from attnlab.data.recall import mqar_batch
 from attnlab.data.scenes import (
     COLOURS,
     SCENE_WORDS,
@@ -48,5 +51,6 @@ __all__ = [
     "make_scene_splits",
     "make_scenes",
     "make_sequence_pairs",
+    "mqar_batch",
     "python_corpus",
 ]
