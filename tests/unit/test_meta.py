@@ -65,6 +65,7 @@ import attnlab.inference
 import attnlab.models
 from attnlab.attention import (
     BACKENDS,
+    ROPE_SCALINGS,
     SCORES,
     GroupedQueryAttention,
     LearnedPositionalEmbedding,
@@ -72,6 +73,7 @@ from attnlab.attention import (
     MultiHeadAttention,
     MultiHeadLatentAttention,
     RollingKVCache,
+    RopeScaling,
     SinkKVCache,
     Traffic,
     alibi_bias,
@@ -104,6 +106,7 @@ from attnlab.attention import (
     relative_rotation,
     repeat_kv,
     rotary_embedding,
+    rotary_frequencies,
     sample_location,
     scaled_dot_product_attention,
     sinusoidal_encoding,
@@ -118,14 +121,14 @@ from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
 from attnlab.inference import (
     CacheMemory,
-    speculative_decode,
-    verify_draft,
     KVBlockPool,
     PagedKVCache,
     cache_memory,
     merge_attention_partials,
     paged_attention,
+    speculative_decode,
     split_kv_attention,
+    verify_draft,
 )
 from attnlab.models import (
     POSITIONS,
@@ -756,6 +759,18 @@ def _rotary_alibi():
     rotated = (rotary_embedding(q, positions), rotary_embedding(k))
     bias = alibi_bias(3, L, S, device=META)
     return (rotated, bias, alibi_slopes(5, device=META)), [q, k]
+
+
+@case("rotary-scalings", rotary_frequencies, rotary_embedding)
+def _rotary_scalings():
+    q, k, _ = qkv()
+    positions = torch.arange(3, 3 + L, device=META)
+    out = []
+    for method in ROPE_SCALINGS:
+        scaling = RopeScaling(method, 4, original_length=16)
+        out += [rotary_embedding(q, positions, scaling=scaling), rotary_embedding(k, scaling=scaling)]
+        out.append(rotary_frequencies(E, scaling=scaling, device=META))
+    return out, [q, k]
 
 
 for causal in (False, True):
