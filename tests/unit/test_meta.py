@@ -385,6 +385,10 @@ LMS = {
     for groups in (4, 1)
     if not (attention == "linear" and positions == "alibi")
 }
+for method in ROPE_SCALINGS:  # rotary positions stretched past a trained length of 4 (chapter 8)
+    LMS[f"rope-{method}-causal-G2"] = dict(
+        positions="rope", attention="softmax", causal=True, num_kv_heads=2, rope_scaling=RopeScaling(method, 4, 4)
+    )
 
 
 def lm(**options: object) -> TransformerLM:
