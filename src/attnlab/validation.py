@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Sequence
-from typing import Literal, TypeGuard, cast, overload
+from typing import Literal, TypeGuard, TypeVar, cast, overload
 
 import torch
 
@@ -40,6 +40,7 @@ __all__ = [
     "check_choice",
     "check_dtype",
     "check_grouped_qkv",
+    "check_instance",
     "check_int",
     "check_int_sequence",
     "check_ints",
@@ -55,6 +56,8 @@ __all__ = [
     "check_training",
     "describe",
 ]
+
+T = TypeVar("T")
 
 
 def describe(value: object) -> str:
@@ -219,6 +222,21 @@ def check_bool(where: str, arg: str, value: object) -> bool:
     """``value`` as a ``bool`` (a flag): ``0``, ``1`` or ``None`` are not flags."""
     if not isinstance(value, bool):
         raise TypeError(f"{where}: {arg} must be a bool, got {describe(value)}")
+    return value
+
+
+@overload
+def check_instance(where: str, arg: str, value: object, kind: type[T], *, none: Literal[False] = False) -> T: ...
+@overload
+def check_instance(where: str, arg: str, value: object, kind: type[T], *, none: bool) -> T | None: ...
+def check_instance(where: str, arg: str, value: object, kind: type[T], *, none: bool = False) -> T | None:
+    """``value`` as an instance of ``kind`` (``None`` also, when ``none``): an option given as a
+    small object, such as a rotary scaling. The caller passes the class (this module imports
+    nothing of the package)."""
+    if value is None and none:
+        return None
+    if not isinstance(value, kind):
+        raise TypeError(f"{where}: {arg} must be a {kind.__name__}{' or None' if none else ''}, got {describe(value)}")
     return value
 
 

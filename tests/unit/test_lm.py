@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from importlib import resources
 
 import pytest
 import torch
 
-from attnlab.attention import kv_cache_bytes_per_token, latent_cache_bytes_per_token
+from attnlab.attention import (
+    ROPE_SCALINGS,
+    RopeScaling,
+    kv_cache_bytes_per_token,
+    latent_cache_bytes_per_token,
+    rotary_frequencies,
+)
 from attnlab.data import CharVocab, TextCorpus, python_corpus
 from attnlab.models import LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM, generate, sample_next
 from attnlab.train import (
@@ -39,6 +46,8 @@ KINDS["rope-modern-G2-window-sinks"] = dict(positions="rope", num_kv_heads=2, wi
 KINDS["alibi-modern-G1"] = dict(positions="alibi", num_kv_heads=1, **MODERN)
 KINDS["rope-linear-modern"] = dict(positions="rope", attention="linear", **MODERN)
 KINDS["rope-latent-rms-swiglu"] = dict(attention="latent", latent_dim=8, rope_dim=2, norm="rms", feedforward="swiglu")
+for method in ROPE_SCALINGS:  # trained on 4 positions, run on 4 times as many (the tests use 8 to 16)
+    KINDS[f"rope-scaled-{method}"] = dict(positions="rope", rope_scaling=RopeScaling(method, 4, original_length=4))
 
 
 def lm(seed: int = 0, **options) -> TransformerLM:
@@ -142,6 +151,7 @@ def test_a_windowed_layer_holds_its_window_and_sinks_while_a_global_one_grows():
     "kind, invariant",
     [
         ("rope-softmax", True),
+        *((f"rope-scaled-{method}", True) for method in ROPE_SCALINGS),
         ("alibi-softmax", True),
         ("none-softmax", True),
         ("rope-linear", False),
@@ -157,6 +167,60 @@ def test_relative_positions_do_not_see_where_a_window_starts(kind, invariant):
     with torch.no_grad():
         same = torch.allclose(model(tokens), model(tokens, start=20), atol=1e-5)
     assert same == invariant
+
+
+def test_a_trained_model_takes_each_rope_scaling_without_new_weights():
+    """Chapter 8 runs a trained model with another rope_scaling: the same weights load, a factor of
+    1 changes nothing, a factor of 4 changes the logits."""
+    trained = lm(positions="rope")
+    tokens = torch.randint(0, V, (2, 12))
+    with torch.no_grad():
+        plain = trained(tokens)
+        for method in ROPE_SCALINGS:
+            for factor, same in ((1, True), (4, False)):
+                scaling = RopeScaling(method, factor, original_length=4)
+                model = TransformerLM(dataclasses.replace(trained.config, rope_scaling=scaling)).eval()
+                model.load_state_dict(trained.state_dict())  # strict: no weight added or missing
+                assert torch.allclose(model(tokens), plain, atol=1e-6) == same, (method, factor)
+
+
+def test_the_block_rotates_by_the_scaled_frequencies_and_applies_yarns_temperature():
+    """LMBlock's attention against softmax(rope'(q) . rope'(k) * a^2 / sqrt(E)) v in float64, with
+    rope' the scaled rotation (as complex numbers) and a YaRN's attention_factor."""
+    for method in ROPE_SCALINGS:
+        scaling = RopeScaling(method, 4, original_length=4)
+        block = lm(positions="rope", num_kv_heads=2, rope_scaling=scaling).double().blocks[0]
+        h = torch.randn(2, 9, 16, dtype=torch.float64)
+        start = 3
+        q, k, v = block.attn.project(h)  # (B, 4, N, 4), (B, 2, N, 4), (B, 2, N, 4)
+        w = rotary_frequencies(4, scaling=scaling, dtype=torch.float64)  # (2,)
+        turn = torch.polar(torch.ones(9, 2, dtype=torch.float64), torch.arange(start, start + 9).double()[:, None] * w)
+
+        def rotated(t: torch.Tensor, turn=turn) -> torch.Tensor:
+            z = torch.view_as_complex(t.unflatten(-1, (2, 2)).contiguous()) * turn  # (x_2i + i x_2i+1) e^(i p w_i)
+            return torch.view_as_real(z).flatten(-2)
+
+        k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)  # 2 query heads per key head
+        scores = rotated(q) @ rotated(k).transpose(-2, -1) * scaling.attention_factor**2 / 2  # sqrt(E) = 2
+        future = torch.ones(9, 9, dtype=torch.bool).triu(1)
+        out = torch.softmax(scores.masked_fill(future, -math.inf), -1) @ v  # (B, 4, N, 4)
+        expected = block.attn.out_proj(out.transpose(1, 2).reshape(2, 9, 16))
+        torch.testing.assert_close(block.attend(h, start), expected)
+    assert scaling.method == "llama3" and RopeScaling("yarn", 4, original_length=4).attention_factor > 1.1
+
+
+def test_rope_scaling_needs_rotary_softmax_attention():
+    yarn = RopeScaling("yarn", 4, original_length=8)
+    for options in (dict(positions="alibi"), dict(positions="none"), dict(attention="linear")):
+        with pytest.raises(
+            ValueError, match="LMConfig: rope_scaling stretches the rotary positions of softmax attention"
+        ):
+            LMConfig(V, rope_scaling=yarn, **options)
+    with pytest.raises(ValueError, match=r"got positions='rope', attention='latent'"):
+        LMConfig(V, attention="latent", rope_scaling=yarn)
+    with pytest.raises(TypeError, match=r"LMConfig: rope_scaling must be a RopeScaling or None, got str \('yarn'\)"):
+        LMConfig(V, rope_scaling="yarn")
+    assert LMConfig(V).rope_scaling is None
 
 
 def test_the_caches_grow_by_a_tokens_keys_and_values_except_linear_attentions_state():

@@ -67,6 +67,7 @@ from attnlab.attention import (
     BACKENDS,
     GATED_FORMS,
     GATES,
+    ROPE_SCALINGS,
     SCORES,
     GatedLinearAttention,
     GroupedQueryAttention,
@@ -75,6 +76,7 @@ from attnlab.attention import (
     MultiHeadAttention,
     MultiHeadLatentAttention,
     RollingKVCache,
+    RopeScaling,
     SinkKVCache,
     Traffic,
     alibi_bias,
@@ -110,6 +112,7 @@ from attnlab.attention import (
     repeat_kv,
     retnet_decay,
     rotary_embedding,
+    rotary_frequencies,
     sample_location,
     scaled_dot_product_attention,
     sinusoidal_encoding,
@@ -391,6 +394,10 @@ LMS = {
     for groups in (4, 1)
     if not (attention == "linear" and positions == "alibi")
 }
+for method in ROPE_SCALINGS:  # rotary positions stretched past a trained length of 4 (chapter 8)
+    LMS[f"rope-{method}-causal-G2"] = dict(
+        positions="rope", attention="softmax", causal=True, num_kv_heads=2, rope_scaling=RopeScaling(method, 4, 4)
+    )
 
 
 def lm(**options: object) -> TransformerLM:
@@ -806,6 +813,18 @@ def _rotary_alibi():
     rotated = (rotary_embedding(q, positions), rotary_embedding(k))
     bias = alibi_bias(3, L, S, device=META)
     return (rotated, bias, alibi_slopes(5, device=META)), [q, k]
+
+
+@case("rotary-scalings", rotary_frequencies, rotary_embedding)
+def _rotary_scalings():
+    q, k, _ = qkv()
+    positions = torch.arange(3, 3 + L, device=META)
+    out = []
+    for method in ROPE_SCALINGS:
+        scaling = RopeScaling(method, 4, original_length=16)
+        out += [rotary_embedding(q, positions, scaling=scaling), rotary_embedding(k, scaling=scaling)]
+        out.append(rotary_frequencies(E, scaling=scaling, device=META))
+    return out, [q, k]
 
 
 for causal in (False, True):

@@ -19,6 +19,7 @@ from attnlab.validation import (
     check_choice,
     check_dtype,
     check_grouped_qkv,
+    check_instance,
     check_int,
     check_int_sequence,
     check_ints,
@@ -101,6 +102,19 @@ def test_check_bool_and_dtype():
     assert check_dtype("f", "dtype", torch.float16) is torch.float16
     with pytest.raises(TypeError, match=r"^f: dtype must be a torch\.dtype, got str$"):
         check_dtype("f", "dtype", "float16")
+
+
+def test_check_instance():
+    class Option:
+        pass
+
+    option = Option()
+    assert check_instance("f", "scaling", option, Option) is option
+    assert check_instance("f", "scaling", None, Option, none=True) is None
+    with pytest.raises(TypeError, match=r"^f: scaling must be a Option or None, got str \('yarn'\)$"):
+        check_instance("f", "scaling", "yarn", Option, none=True)
+    with pytest.raises(TypeError, match=r"^f: scaling must be a Option, got NoneType \(None\)$"):
+        check_instance("f", "scaling", None, Option)
 
 
 def test_check_tensor():

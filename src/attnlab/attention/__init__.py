@@ -11,7 +11,8 @@
   attention (local-m, local-p) over a gathered window of the source.
 - ``multihead``: multi-head attention, and copying the weights of ``torch.nn.MultiheadAttention``.
 - ``positional``: sinusoidal and learned positional encodings, the relative rotation M_k, and
-  the positions of today's models: rotary embeddings (RoPE) and ALiBi's biases (chapter 8).
+  the positions of today's models: rotary embeddings (RoPE) and ALiBi's biases, and rotary
+  frequencies stretched past the trained length (linear, NTK-aware, YaRN, Llama 3.1; chapter 8).
 - ``grouped``: multi-query and grouped-query attention, keys and values shared across heads.
 - ``latent``: multi-head latent attention (DeepSeek-V2, chapter 9): keys and values decompressed
   from one cached latent per token, a decoupled rotary key, and weight absorption.
@@ -72,11 +73,14 @@ from attnlab.attention.local import (
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask, to_float_mask
 from attnlab.attention.multihead import MultiHeadAttention, copy_from_torch
 from attnlab.attention.positional import (
+    ROPE_SCALINGS,
     LearnedPositionalEmbedding,
+    RopeScaling,
     alibi_bias,
     alibi_slopes,
     relative_rotation,
     rotary_embedding,
+    rotary_frequencies,
     sinusoidal_encoding,
 )
 from attnlab.attention.scoring import (
@@ -96,6 +100,7 @@ __all__ = [
     "BACKENDS",
     "GATED_FORMS",
     "GATES",
+    "ROPE_SCALINGS",
     "SCORES",
     "AdditiveScore",
     "ConcatScore",
@@ -110,6 +115,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "RollingKVCache",
+    "RopeScaling",
     "ScaledDotScore",
     "Score",
     "SinkKVCache",
@@ -147,6 +153,7 @@ __all__ = [
     "repeat_kv",
     "retnet_decay",
     "rotary_embedding",
+    "rotary_frequencies",
     "sample_location",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",

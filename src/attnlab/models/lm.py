@@ -11,7 +11,8 @@ of ``LMConfig``:
 
 - ``positions``: ``"sinusoidal"`` or ``"learned"`` vectors added to the tokens (chapter 5),
   ``"rope"`` rotating queries and keys, ``"alibi"`` biasing the scores (chapter 8), or
-  ``"none"``;
+  ``"none"``; ``rope_scaling``, a ``RopeScaling`` that stretches the rotary frequencies to run
+  past the trained length (chapter 8);
 - ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
 - ``attention``: ``"softmax"``, ``"linear"`` (Katharopoulos et al. 2020) or ``"latent"``
   (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9);
@@ -46,11 +47,11 @@ from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_atten
 from attnlab.attention.latent import MultiHeadLatentAttention
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.local import SinkKVCache, sliding_window_mask
-from attnlab.attention.positional import alibi_slopes, rotary_embedding, sinusoidal_encoding
+from attnlab.attention.positional import RopeScaling, alibi_slopes, rotary_embedding, sinusoidal_encoding
 from attnlab.models.blocks import QKNorm, RMSNorm, SwiGLU
 from attnlab.models.caches import LMCache
 from attnlab.models.position_wise import FeedForward
-from attnlab.validation import check_bool, check_choice, check_int, check_number, check_tensor, describe
+from attnlab.validation import check_bool, check_choice, check_instance, check_int, check_number, check_tensor, describe
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -97,6 +98,13 @@ class LMConfig:
     the feature map receives; latent attention has no per-head key before its up-projection to
     normalise here, and refuses it. The defaults build the models of the earlier chapters,
     parameter for parameter.
+
+    ``rope_scaling``: ``None`` (plain rotary positions), or a ``RopeScaling`` for a model with
+    ``positions="rope"`` and softmax attention, to run it on longer sequences than it was
+    trained on: ``dataclasses.replace(config, rope_scaling=RopeScaling("yarn", 4,
+    original_length=n))`` and the trained weights (``load_state_dict``: the scaling adds no
+    parameter). Its frequencies rotate the queries and keys; YaRN's temperature multiplies the
+    softmax's scale by ``attention_factor ** 2``.
     """
 
     vocab_size: int
@@ -117,6 +125,7 @@ class LMConfig:
     norm: str = "layer"
     feedforward: str = "gelu"
     qk_norm: bool = False
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -155,6 +164,12 @@ class LMConfig:
                 "LMConfig: latent attention brings its own rotary key (positions='rope') and has no "
                 f"key/value heads to group (num_kv_heads=None); got positions={self.positions!r}, "
                 f"num_kv_heads={self.num_kv_heads!r}"
+            )
+        check_instance("LMConfig", "rope_scaling", self.rope_scaling, RopeScaling, none=True)
+        if self.rope_scaling is not None and (self.positions != "rope" or self.attention != "softmax"):
+            raise ValueError(
+                "LMConfig: rope_scaling stretches the rotary positions of softmax attention (positions='rope', "
+                f"attention='softmax'); got positions={self.positions!r}, attention={self.attention!r}"
             )
         if any(w is not None for w in self.layer_windows) and (self.attention != "softmax" or not self.causal):
             raise ValueError("LMConfig: a window needs causal softmax attention")
@@ -227,7 +242,10 @@ class LMBlock(nn.Module):
             q, k = self.qk_norm(q, k)
         if c.positions == "rope":
             positions = torch.arange(start, start + N, device=h.device)  # (N,)
-            q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
+            q, k = (
+                rotary_embedding(q, positions, scaling=c.rope_scaling),
+                rotary_embedding(k, positions, scaling=c.rope_scaling),
+            )
         if c.attention == "linear":
             k, v = repeat_kv(k, H // c.kv_heads), repeat_kv(v, H // c.kv_heads)  # (B, H, N, E)
             if cache is None:
@@ -249,7 +267,9 @@ class LMBlock(nn.Module):
                 distance = (queries[:, None] - keys[None, :]).abs().to(q.dtype)  # (N, S)
                 bias = -alibi_slopes(H, device=h.device).to(q.dtype)[:, None, None] * distance  # (H, N, S)
                 mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-            out = grouped_query_attention(q, k, v, mask, backend=self.attn.backend)  # (B, H, N, E)
+            # YaRN's temperature: q and k each times attention_factor, so the scores times its square
+            scale = None if c.rope_scaling is None else c.rope_scaling.attention_factor**2 / math.sqrt(E)
+            out = grouped_query_attention(q, k, v, mask, scale=scale, backend=self.attn.backend)  # (B, H, N, E)
         # end listing: block
         if isinstance(cache, LMCache):  # the positions seen (other caches count their own)
             cache.length += N
