@@ -76,12 +76,14 @@ from attnlab.attention import (
     Traffic,
     alibi_bias,
     alibi_slopes,
+    attended_pairs,
     attention,
     attention_entropy,
     attention_traffic,
     band_mask,
     band_to_dense,
     banded_attention,
+    bigbird_mask,
     blockwise_attention,
     causal_mask,
     copy_from_torch,
@@ -96,6 +98,7 @@ from attnlab.attention import (
     linear_attention_recurrent,
     linear_attention_weights,
     local_attention,
+    longformer_mask,
     make_score,
     masked_softmax,
     padding_mask,
@@ -118,14 +121,14 @@ from attnlab.attention.scoring import AdditiveScore, Score
 from attnlab.data import SCENE_WORDS, make_scenes
 from attnlab.inference import (
     CacheMemory,
-    speculative_decode,
-    verify_draft,
     KVBlockPool,
     PagedKVCache,
     cache_memory,
     merge_attention_partials,
     paged_attention,
+    speculative_decode,
     split_kv_attention,
+    verify_draft,
 )
 from attnlab.models import (
     POSITIONS,
@@ -838,6 +841,21 @@ def _tiled():
     assert traffic == attention_traffic(L, 7, E, block_q=3, block_k=2, heads=6)
     assert flash_block_sizes(4 * E * 4, E) == (4, 4)
     return outputs, [q, k, v]
+
+
+# --- the chapter "Beyond softmax": sparse attention -----------------------------------------------
+
+
+@case("sparse-patterns", longformer_mask, bigbird_mask, attended_pairs)
+def _sparse_patterns():
+    masks = (
+        longformer_mask(9, 1, [0, 4], device=META),
+        longformer_mask(9, 2, (8,), causal=True, device=META),
+        bigbird_mask(12, 2, device=META),
+        bigbird_mask(12, 3, window_blocks=0, global_blocks=2, random_blocks=2, device=META),
+    )
+    assert all(m.shape == (9, 9) for m in masks[:2]) and all(m.shape == (12, 12) for m in masks[2:])
+    return (masks, attended_pairs(torch.stack(masks[2:]))), []
 
 
 # --- chapter 9: attention at inference ----------------------------------------------------------

@@ -16,6 +16,8 @@
 - ``latent``: multi-head latent attention (DeepSeek-V2, chapter 9): keys and values decompressed
   from one cached latent per token, a decoupled rotary key, and weight absorption.
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
+- ``sparse``: sparse attention: fixed patterns as masks (Longformer, Big Bird), with counts of
+  the pairs they attend.
 - ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
@@ -80,6 +82,7 @@ from attnlab.attention.scoring import (
     Score,
     make_score,
 )
+from attnlab.attention.sparse import attended_pairs, bigbird_mask, longformer_mask
 from attnlab.attention.traffic import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 
 __all__ = [
@@ -103,12 +106,14 @@ __all__ = [
     "Traffic",
     "alibi_bias",
     "alibi_slopes",
+    "attended_pairs",
     "attention",
     "attention_entropy",
     "attention_traffic",
     "band_mask",
     "band_to_dense",
     "banded_attention",
+    "bigbird_mask",
     "blockwise_attention",
     "causal_mask",
     "copy_from_torch",
@@ -123,6 +128,7 @@ __all__ = [
     "linear_attention_recurrent",
     "linear_attention_weights",
     "local_attention",
+    "longformer_mask",
     "make_score",
     "masked_softmax",
     "padding_mask",
