@@ -66,6 +66,7 @@ import attnlab.models
 from attnlab.attention import (
     BACKENDS,
     SCORES,
+    BlockSparseAttention,
     GroupedQueryAttention,
     LearnedPositionalEmbedding,
     MovingAverageBaseline,
@@ -84,6 +85,8 @@ from attnlab.attention import (
     band_to_dense,
     banded_attention,
     bigbird_mask,
+    block_select_attention,
+    block_selection_mask,
     blockwise_attention,
     causal_mask,
     copy_from_torch,
@@ -111,6 +114,7 @@ from attnlab.attention import (
     scaled_dot_product_attention,
     sinusoidal_encoding,
     sliding_window_mask,
+    sparse_recall,
     standard_attention,
     tiled_attention,
     to_float_mask,
@@ -844,6 +848,29 @@ def _tiled():
 
 
 # --- the chapter "Beyond softmax": sparse attention -----------------------------------------------
+
+
+for causal, window in ((True, None), (True, 2), (False, 1)):
+
+    @case(
+        f"block-sparse-attention-{'causal' if causal else 'encoder'}-window-{window}",
+        block_select_attention,
+        block_selection_mask,
+        attended_pairs,
+        sparse_recall,
+        BlockSparseAttention,
+    )
+    def _block_sparse(causal=causal, window=window):
+        q = randn(B, 4, 7, E, grad=True)  # N = 7: a last block of 1 key
+        k, v = randn(B, 2, 7, E, grad=True), randn(B, 2, 7, E, grad=True)
+        out, selected = block_select_attention(q, k, v, block_size=3, top_k=2, causal=causal, window=window)
+        mask = block_selection_mask(selected, 3, causal=causal, window=window)
+        weights = torch.softmax(q @ repeat_kv(k, 2).transpose(-1, -2), dim=-1)  # (B, 4, 7, 7), dense
+        module = on_meta(BlockSparseAttention(E, 2, block_size=3, top_k=1, window=window))
+        x = randn(B, 7, E, grad=True)
+        mixed, module_selected = module(x, causal=causal, need_selection=True)
+        outputs = (out, selected, attended_pairs(mask), sparse_recall(weights, mask), mixed, module_selected)
+        return outputs, [q, k, v, x, *params(module)]
 
 
 @case("sparse-patterns", longformer_mask, bigbird_mask, attended_pairs)

@@ -16,8 +16,8 @@
 - ``latent``: multi-head latent attention (DeepSeek-V2, chapter 9): keys and values decompressed
   from one cached latent per token, a decoupled rotary key, and weight absorption.
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
-- ``sparse``: sparse attention: fixed patterns as masks (Longformer, Big Bird), with counts of
-  the pairs they attend.
+- ``sparse``: sparse attention: fixed patterns as masks (Longformer, Big Bird) and blocks of keys
+  chosen by each query (MoBA, NSA's selection branch), with counts of the pairs they attend.
 - ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
@@ -82,13 +82,22 @@ from attnlab.attention.scoring import (
     Score,
     make_score,
 )
-from attnlab.attention.sparse import attended_pairs, bigbird_mask, longformer_mask
+from attnlab.attention.sparse import (
+    BlockSparseAttention,
+    attended_pairs,
+    bigbird_mask,
+    block_select_attention,
+    block_selection_mask,
+    longformer_mask,
+    sparse_recall,
+)
 from attnlab.attention.traffic import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 
 __all__ = [
     "BACKENDS",
     "SCORES",
     "AdditiveScore",
+    "BlockSparseAttention",
     "ConcatScore",
     "CosineScore",
     "DotScore",
@@ -114,6 +123,8 @@ __all__ = [
     "band_to_dense",
     "banded_attention",
     "bigbird_mask",
+    "block_select_attention",
+    "block_selection_mask",
     "blockwise_attention",
     "causal_mask",
     "copy_from_torch",
@@ -141,6 +152,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
     "sliding_window_mask",
+    "sparse_recall",
     "standard_attention",
     "tiled_attention",
     "to_float_mask",

@@ -1,4 +1,4 @@
-"""Sparse attention: fixed patterns as masks, and the pairs they attend.
+"""Sparse attention: fixed patterns as masks, and blocks of keys chosen by each query.
 
 Introduced in the chapter "Beyond softmax". Dense self-attention scores ``n^2`` pairs of positions
 (``n (n + 1) / 2`` with a causal mask). Sparse attention scores a subset, and the question is which.
@@ -10,17 +10,70 @@ blocks of ``b`` positions: each query block attends to its neighbouring blocks, 
 and to a few blocks drawn at random (``bigbird_mask``). Both keep ``O(n)`` pairs for a fixed
 window; each function's docstring gives its exact count, which ``attended_pairs`` counts back.
 
-Shapes: masks ``(n, n)`` with ``True`` where a key takes part.
+**Learned block selection** lets each query choose (``block_select_attention``). The keys are cut
+into blocks of ``block_size``, each block is summarised by one vector, each query scores the
+summaries and keeps its ``top_k`` best blocks, and attends with a softmax over the keys of those
+blocks only. Two recent designs differ in the details:
+
+- MoBA (Lu et al. 2025, "Mixture of Block Attention") summarises a block by the *mean of its keys*
+  and has no parameters of its own; a causal query always keeps its own block (causal inside it),
+  and blocks that lie wholly in its future are never chosen. This module follows MoBA.
+- NSA (Yuan et al. 2025, "Native Sparse Attention") summarises blocks with a *learned* compression
+  MLP (with a position encoding inside the block), derives the selection scores from the
+  attention weights of that compressed branch, and shares one selection among the query heads of
+  a grouped-query group; it always keeps the first block and the two most recent ones. NSA has
+  three branches, compressed, selected and a sliding window, each with its own output, mixed by
+  learned sigmoid gates. Here ``window`` adds a sliding window to the *mask* of the selected keys
+  instead (one softmax over the union), and there is no compressed branch; each query head makes
+  its own selection, as in MoBA.
+
+DeepSeek Sparse Attention (DeepSeek-V3.2-Exp, 2025) selects single keys, not blocks: a small
+"lightning indexer" scores every earlier key and each query keeps its top 2048.
+
+The selection is a top-k: it has no gradient. The gradient reaches the queries, keys and values
+through the attention over the selected keys, as through any masked attention; what a query
+chooses changes only as its scores against the block summaries change. (NSA's compressed branch,
+whose output is used, is what trains its compression MLP.)
+
+This module computes the scores of every pair and masks those not selected, so that its output can
+be checked against dense attention with the same mask: it shows *which* pairs are computed, not the
+saving. A sparse kernel gathers the selected blocks instead and computes ``attended_pairs`` scores.
+
+Shapes: query ``(B, H, N, E)``, key ``(B, G, N, E)``, value ``(B, G, N, Ev)`` with ``H`` a multiple
+of ``G`` (grouped-query attention: query head ``h`` reads key head ``h // (H / G)``); selection
+``(B, H, N, num_blocks)``, ``num_blocks = ceil(N / block_size)``; masks ``(..., N, N)`` with
+``True`` where a key takes part.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
+from attnlab.attention.core import scaled_dot_product_attention
+from attnlab.attention.grouped import repeat_kv
 from attnlab.attention.local import band_mask
-from attnlab.validation import check_bool, check_int, check_int_sequence, check_ints, check_tensor, describe
+from attnlab.validation import (
+    check_bool,
+    check_grouped_qkv,
+    check_int,
+    check_int_sequence,
+    check_ints,
+    check_mask,
+    check_tensor,
+    describe,
+)
 
-__all__ = ["attended_pairs", "bigbird_mask", "longformer_mask"]
+__all__ = [
+    "BlockSparseAttention",
+    "attended_pairs",
+    "bigbird_mask",
+    "block_select_attention",
+    "block_selection_mask",
+    "longformer_mask",
+    "sparse_recall",
+]
 
 
 # --- fixed patterns -------------------------------------------------------------------------------
@@ -166,3 +219,216 @@ def attended_pairs(mask: torch.Tensor) -> torch.Tensor:
     if mask.dim() < 2:
         raise ValueError(f"attended_pairs: mask must have shape (..., L, S), got {tuple(mask.shape)}")
     return mask.sum(dim=(-2, -1))
+
+
+# --- learned block selection ---------------------------------------------------------------------
+
+
+def _block_means(key: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The mean of the keys of each block, ``(..., N, E) -> (..., num_blocks, E)``; the last block
+    may be shorter, and is the mean of the keys it has."""
+    n = key.shape[-2]
+    m = -(-n // block_size)  # blocks, the last one possibly partial
+    padded = F.pad(key, (0, 0, 0, m * block_size - n))  # zero keys after the last: (..., m b, E)
+    sums = padded.unflatten(-2, (m, block_size)).sum(-2)  # (..., m, b, E) -> (..., m, E)
+    counts = (n - torch.arange(m, device=key.device) * block_size).clamp(max=block_size)  # keys per block (m,)
+    return sums / counts[:, None].to(key.dtype)
+
+
+def _select_blocks(query: torch.Tensor, key: torch.Tensor, block_size: int, top_k: int, causal: bool) -> torch.Tensor:
+    """Each query's ``top_k`` blocks by ``q . mean(block's keys)`` (MoBA's gate), ``(B, H, N, m)`` bool."""
+    n = query.shape[-2]
+    # listing: select
+    summaries = _block_means(key.detach(), block_size)  # (B, H, m, E): no gradient through a top-k
+    scores = query.detach() @ summaries.transpose(-1, -2)  # (B, H, N, m)
+    m = scores.shape[-1]
+    query_block = torch.arange(n, device=query.device)[:, None] // block_size  # (N, 1)
+    block = torch.arange(m, device=query.device)[None, :]  # (1, m)
+    future = block > query_block if causal else torch.zeros_like(block > query_block)  # (N, m)
+    if causal:
+        scores = scores.masked_fill(future, float("-inf"))  # never a block wholly after the query
+        scores = scores.masked_fill(block == query_block, float("inf"))  # always the query's own block
+    chosen = scores.topk(min(top_k, m), dim=-1).indices  # (B, H, N, k)
+    selected = torch.zeros(scores.shape, dtype=torch.bool, device=query.device).scatter(-1, chosen, True)
+    return selected & ~future  # a query with fewer than top_k earlier blocks keeps them all, no more
+    # end listing: select
+
+
+def block_selection_mask(
+    selected: torch.Tensor, block_size: int, *, causal: bool = True, window: int | None = None
+) -> torch.Tensor:
+    """The keys a block selection lets each query see: ``(..., N, num_blocks) -> (..., N, N)`` bool.
+
+    Defined in the chapter "Beyond softmax". Query ``i`` sees key ``j`` when ``j``'s block,
+    ``j // block_size``, is selected for ``i`` (and ``j <= i`` if ``causal``), or when ``j`` lies
+    in the sliding window of ``band_mask(N, window, causal=causal)``: ``i - window <= j <= i``
+    when causal. ``block_select_attention`` attends with this mask; ``attended_pairs`` counts it.
+
+    Raises:
+        TypeError: ``selected`` is not a boolean tensor, or a size is not an int.
+        ValueError: ``selected`` has fewer than 2 dimensions or a last size other than
+            ``ceil(N / block_size)``, ``block_size < 1`` or ``window < 0``.
+    """
+    name = "block_selection_mask"
+    check_tensor(name, "selected", selected, kind="bool")
+    check_int(name, "block_size", block_size)
+    check_bool(name, "causal", causal)
+    check_int(name, "window", window, low=0, none=True)
+    if selected.dim() < 2 or selected.shape[-1] != -(-selected.shape[-2] // block_size):
+        raise ValueError(
+            f"{name}: selected must have shape (..., N, ceil(N / block_size)) with block_size = {block_size}, "
+            f"got {tuple(selected.shape)}"
+        )
+    n = selected.shape[-2]
+    # listing: selection-mask
+    key_block = torch.arange(n, device=selected.device) // block_size  # the block of each key (N,)
+    mask = selected[..., key_block]  # (..., N, m) -> (..., N, N)
+    if causal:
+        mask = mask & torch.ones(n, n, dtype=torch.bool, device=selected.device).tril()
+    if window is not None:
+        mask = mask | band_mask(n, window, causal=causal, device=selected.device)  # NSA's sliding window
+    # end listing: selection-mask
+    return mask
+
+
+def block_select_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    block_size: int,
+    top_k: int,
+    causal: bool = True,
+    window: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention over the keys of each query's ``top_k`` best blocks, MoBA's way.
+
+    Defined in the chapter "Beyond softmax", after MoBA (Lu et al. 2025) and the selection branch
+    of NSA (Yuan et al. 2025); the module docstring says where they differ. The ``N`` keys are cut
+    into ``ceil(N / block_size)`` blocks (the last may be shorter). Each block is summarised by the
+    mean of its keys; query ``i`` scores every summary by a dot product and keeps the ``top_k``
+    highest. With ``causal`` (a decoder) the query's own block is always kept, blocks that start
+    after ``i`` are never kept, and inside its own block ``i`` sees keys ``j <= i``. The output is
+    scaled dot-product attention, one softmax over the keys of the kept blocks, unioned with the
+    sliding window of ``window`` earlier positions when ``window`` is given (``block_selection_mask``).
+    ``top_k >= ceil(N / block_size)`` and no window is dense (causal) attention.
+
+    The selection has no gradient (a top-k); the gradients of ``query``, ``key`` and ``value`` flow
+    through the attention over the selected keys.
+
+    Number of attended pairs, causal and without a window: query ``i`` in block ``b_i = i //
+    block_size`` keeps ``min(top_k, b_i + 1)`` blocks, all full but its own, so
+
+        pairs = sum_i ((min(top_k, b_i + 1) - 1) block_size + (i mod block_size) + 1)
+
+    against ``N (N + 1) / 2`` dense: at most ``N top_k block_size`` pairs, linear in ``N``.
+
+    Args:
+        query, key, value: ``(B, H, N, E)``, ``(B, G, N, E)``, ``(B, G, N, Ev)``, ``H`` a multiple
+            of ``G``; floating, one dtype.
+        block_size: positions per block, ``>= 1``.
+        top_k: blocks kept per query, ``>= 1`` (the own block counts among them when causal).
+        causal: a decoder's attention (the default), or an encoder's, where every block may be
+            chosen and none is kept by force.
+        window: ``None``, or the number of earlier positions (and the query's own) always seen.
+
+    Returns:
+        ``(output, selected)``: ``(B, H, N, Ev)``, and the kept blocks ``(B, H, N, num_blocks)``
+        bool.
+
+    Raises:
+        TypeError: a tensor is not floating, the dtypes differ, or an argument has the wrong type.
+        ValueError: the shapes do not fit (4-D, ``H`` a multiple of ``G``, one length ``N``), or
+            ``block_size < 1``, ``top_k < 1``, ``window < 0``.
+    """
+    name = "block_select_attention"
+    check_grouped_qkv(name, query, key, value, shapes=("(B, H, N, E)", "(B, G, N, E)", "(B, G, N, Ev)"))
+    if query.shape[2] != key.shape[2]:
+        raise ValueError(
+            f"{name}: self-attention needs one length N for query and key, got query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}"
+        )
+    check_int(name, "block_size", block_size)
+    check_int(name, "top_k", top_k)
+    check_bool(name, "causal", causal)
+    check_int(name, "window", window, low=0, none=True)
+    # listing: block-select
+    repeats = query.shape[1] // key.shape[1]
+    key, value = repeat_kv(key, repeats), repeat_kv(value, repeats)  # (B, G, N, E) -> (B, H, N, E)
+    selected = _select_blocks(query, key, block_size, top_k, causal)  # (B, H, N, m)
+    mask = block_selection_mask(selected, block_size, causal=causal, window=window)  # (B, H, N, N)
+    out = scaled_dot_product_attention(query, key, value, mask)  # (B, H, N, Ev)
+    # end listing: block-select
+    return out, selected
+
+
+def sparse_recall(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The fraction of dense attention's weight that a sparse mask keeps, per query.
+
+    Defined in the chapter "Beyond softmax": ``sum_j weights[i, j] * mask[i, j]``, for the weights
+    of *dense* attention (rows summing to one) and the mask of a sparse pattern
+    (``block_selection_mask``, ``longformer_mask``). A recall near 1 says the pattern keeps the keys
+    that dense attention relies on.
+
+    Shapes:
+        weights: ``(..., L, S)`` floating; mask: boolean, broadcastable to it; returns ``(..., L)``.
+    """
+    check_tensor("sparse_recall", "weights", weights, kind="float")
+    if weights.dim() < 2:
+        raise ValueError(f"sparse_recall: weights must have shape (..., L, S), got {tuple(weights.shape)}")
+    check_tensor("sparse_recall", "mask", mask, kind="bool", note="True = takes part")
+    check_mask("sparse_recall", "mask", mask, weights.shape, shape_name=f"the shape of weights {tuple(weights.shape)}")
+    return torch.where(mask, weights, 0.0).sum(-1)
+
+
+class BlockSparseAttention(nn.Module):
+    """Self-attention whose queries attend only to their ``top_k`` blocks of keys (chapter "Beyond softmax").
+
+    A token mixer with the projections of ``MultiHeadAttention``: ``x`` is projected to queries,
+    keys and values of ``num_heads`` heads, ``block_select_attention`` attends, and an output
+    projection mixes the heads. Selecting blocks adds no parameter (MoBA's gate).
+
+    Shapes: ``x (B, N, embed_dim)``; ``forward`` returns ``(B, N, embed_dim)``, and with
+    ``need_selection=True`` also the selection ``(B, num_heads, N, ceil(N / block_size))``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        block_size: int,
+        top_k: int,
+        window: int | None = None,
+        bias: bool = True,
+    ):
+        super().__init__()
+        name = "BlockSparseAttention"
+        check_ints(name, embed_dim=embed_dim, num_heads=num_heads, block_size=block_size, top_k=top_k)
+        check_int(name, "window", window, low=0, none=True)
+        check_bool(name, "bias", bias)
+        if embed_dim % num_heads:
+            raise ValueError(f"{name}: embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.block_size, self.top_k, self.window = block_size, top_k, window
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(
+        self, x: torch.Tensor, *, causal: bool = True, need_selection: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        D = self.q_proj.in_features
+        check_tensor("BlockSparseAttention", "x", x, kind="float", shape=(None, None, D), names=f"(B, N, {D})")
+        check_bool("BlockSparseAttention", "need_selection", need_selection)
+        B, N, _ = x.shape
+        q, k, v = (
+            proj(x).view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, H, E) -> (B, H, N, E)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        out, selected = block_select_attention(
+            q, k, v, block_size=self.block_size, top_k=self.top_k, causal=causal, window=self.window
+        )
+        out = self.out_proj(out.transpose(1, 2).reshape(B, N, D))  # (B, H, N, E) -> (B, N, H E)
+        return (out, selected) if need_selection else out
