@@ -69,6 +69,7 @@ from attnlab.attention import (
     GATES,
     ROPE_SCALINGS,
     SCORES,
+    BlockSparseAttention,
     GatedLinearAttention,
     GroupedQueryAttention,
     LearnedPositionalEmbedding,
@@ -81,12 +82,16 @@ from attnlab.attention import (
     Traffic,
     alibi_bias,
     alibi_slopes,
+    attended_pairs,
     attention,
     attention_entropy,
     attention_traffic,
     band_mask,
     band_to_dense,
     banded_attention,
+    bigbird_mask,
+    block_select_attention,
+    block_selection_mask,
     blockwise_attention,
     causal_mask,
     copy_from_torch,
@@ -103,6 +108,7 @@ from attnlab.attention import (
     linear_attention_recurrent,
     linear_attention_weights,
     local_attention,
+    longformer_mask,
     make_score,
     masked_softmax,
     padding_mask,
@@ -117,6 +123,7 @@ from attnlab.attention import (
     scaled_dot_product_attention,
     sinusoidal_encoding,
     sliding_window_mask,
+    sparse_recall,
     standard_attention,
     tiled_attention,
     to_float_mask,
@@ -933,6 +940,44 @@ def _tiled():
     assert traffic == attention_traffic(L, 7, E, block_q=3, block_k=2, heads=6)
     assert flash_block_sizes(4 * E * 4, E) == (4, 4)
     return outputs, [q, k, v]
+
+
+# --- the chapter "Beyond softmax": sparse attention -----------------------------------------------
+
+
+for causal, window in ((True, None), (True, 2), (False, 1)):
+
+    @case(
+        f"block-sparse-attention-{'causal' if causal else 'encoder'}-window-{window}",
+        block_select_attention,
+        block_selection_mask,
+        attended_pairs,
+        sparse_recall,
+        BlockSparseAttention,
+    )
+    def _block_sparse(causal=causal, window=window):
+        q = randn(B, 4, 7, E, grad=True)  # N = 7: a last block of 1 key
+        k, v = randn(B, 2, 7, E, grad=True), randn(B, 2, 7, E, grad=True)
+        out, selected = block_select_attention(q, k, v, block_size=3, top_k=2, causal=causal, window=window)
+        mask = block_selection_mask(selected, 3, causal=causal, window=window)
+        weights = torch.softmax(q @ repeat_kv(k, 2).transpose(-1, -2), dim=-1)  # (B, 4, 7, 7), dense
+        module = on_meta(BlockSparseAttention(E, 2, block_size=3, top_k=1, window=window))
+        x = randn(B, 7, E, grad=True)
+        mixed, module_selected = module(x, causal=causal, need_selection=True)
+        outputs = (out, selected, attended_pairs(mask), sparse_recall(weights, mask), mixed, module_selected)
+        return outputs, [q, k, v, x, *params(module)]
+
+
+@case("sparse-patterns", longformer_mask, bigbird_mask, attended_pairs)
+def _sparse_patterns():
+    masks = (
+        longformer_mask(9, 1, [0, 4], device=META),
+        longformer_mask(9, 2, (8,), causal=True, device=META),
+        bigbird_mask(12, 2, device=META),
+        bigbird_mask(12, 3, window_blocks=0, global_blocks=2, random_blocks=2, device=META),
+    )
+    assert all(m.shape == (9, 9) for m in masks[:2]) and all(m.shape == (12, 12) for m in masks[2:])
+    return (masks, attended_pairs(torch.stack(masks[2:]))), []
 
 
 # --- chapter 9: attention at inference ----------------------------------------------------------

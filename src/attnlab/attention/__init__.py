@@ -19,6 +19,8 @@
 - ``linear``: linear attention, a feature map in place of the softmax; parallel and recurrent forms.
 - ``gated``: decayed and gated linear attention (RetNet, Mamba-2, GLA): a state that forgets, in
   parallel, recurrent and chunked forms computed in log space, and a token mixer of it.
+- ``sparse``: sparse attention: fixed patterns as masks (Longformer, Big Bird) and blocks of keys
+  chosen by each query (MoBA, NSA's selection branch), with counts of the pairs they attend.
 - ``traffic``: why FlashAttention is fast: attention over tiles of queries and keys, and the
   memory traffic of the standard and the tiled kernel, counted and as formulas.
 
@@ -94,6 +96,15 @@ from attnlab.attention.scoring import (
     Score,
     make_score,
 )
+from attnlab.attention.sparse import (
+    BlockSparseAttention,
+    attended_pairs,
+    bigbird_mask,
+    block_select_attention,
+    block_selection_mask,
+    longformer_mask,
+    sparse_recall,
+)
 from attnlab.attention.traffic import Traffic, attention_traffic, flash_block_sizes, standard_attention, tiled_attention
 
 __all__ = [
@@ -103,6 +114,7 @@ __all__ = [
     "ROPE_SCALINGS",
     "SCORES",
     "AdditiveScore",
+    "BlockSparseAttention",
     "ConcatScore",
     "CosineScore",
     "DotScore",
@@ -122,12 +134,16 @@ __all__ = [
     "Traffic",
     "alibi_bias",
     "alibi_slopes",
+    "attended_pairs",
     "attention",
     "attention_entropy",
     "attention_traffic",
     "band_mask",
     "band_to_dense",
     "banded_attention",
+    "bigbird_mask",
+    "block_select_attention",
+    "block_selection_mask",
     "blockwise_attention",
     "causal_mask",
     "copy_from_torch",
@@ -144,6 +160,7 @@ __all__ = [
     "linear_attention_recurrent",
     "linear_attention_weights",
     "local_attention",
+    "longformer_mask",
     "make_score",
     "masked_softmax",
     "padding_mask",
@@ -158,6 +175,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
     "sliding_window_mask",
+    "sparse_recall",
     "standard_attention",
     "tiled_attention",
     "to_float_mask",
