@@ -290,13 +290,30 @@ BLOCKS = [
     )
     if not (attention == "latent" and (groups is not None or qk_norm))
 ]
+GATED = [
+    dict(attention="gated", gate=gate, norm=norm, qk_norm=qk_norm)
+    for gate in ("scalar", "vector", "fixed")
+    for norm in ("layer", "rms")
+    for qk_norm in (False, True)
+]
 
 
-@pytest.mark.parametrize("options", BLOCKS, ids=lambda o: "-".join(str(v) for v in o.values()))
+@pytest.mark.parametrize("options", BLOCKS + GATED, ids=lambda o: "-".join(str(v) for v in o.values()))
 def test_block_parameters_counts_the_blocks_parameters(options):
     config = LMConfig(V, d_model=24, num_heads=4, dim_feedforward=40, latent_dim=6, rope_dim=4, **options)
     block = LMBlock(config)
     assert block_parameters(config) == sum(p.numel() for p in block.parameters())
+
+
+def test_block_parameters_counts_each_layer_of_a_hybrid():
+    config = LMConfig(V, d_model=24, num_heads=4, num_layers=3, attention=("gated", "softmax", "linear"), qk_norm=True)
+    model = TransformerLM(config)
+    for layer, block in enumerate(model.blocks):
+        assert block_parameters(config, layer) == sum(p.numel() for p in block.parameters())
+    with pytest.raises(ValueError, match=r"block_parameters: layer must be an int in \[0, 2\], got 3"):
+        block_parameters(config, 3)
+    with pytest.raises(ValueError, match=r"^block_flops: config.attention must be 'softmax', got \('gated'"):
+        block_flops(config, 4)
 
 
 def test_block_parameters_by_hand():

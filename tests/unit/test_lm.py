@@ -46,6 +46,12 @@ KINDS["rope-modern-G2-window-sinks"] = dict(positions="rope", num_kv_heads=2, wi
 KINDS["alibi-modern-G1"] = dict(positions="alibi", num_kv_heads=1, **MODERN)
 KINDS["rope-linear-modern"] = dict(positions="rope", attention="linear", **MODERN)
 KINDS["rope-latent-rms-swiglu"] = dict(attention="latent", latent_dim=8, rope_dim=2, norm="rms", feedforward="swiglu")
+for gate in ("scalar", "vector", "fixed"):  # Mamba-2's, GLA's and RetNet's gates
+    KINDS[f"none-gated-{gate}"] = dict(positions="none", attention="gated", gate=gate)
+KINDS["rope-hybrid"] = dict(positions="rope", attention=("gated", "softmax"))  # a softmax layer among gated ones
+KINDS["rope-hybrid-linear-G2-window"] = dict(
+    positions="rope", attention=("softmax", "linear"), num_kv_heads=2, window=(3, None)
+)
 for method in ROPE_SCALINGS:  # trained on 4 positions, run on 4 times as many (the tests use 8 to 16)
     KINDS[f"rope-scaled-{method}"] = dict(positions="rope", rope_scaling=RopeScaling(method, 4, original_length=4))
 
@@ -104,7 +110,7 @@ def test_a_causal_model_never_looks_ahead(kind):
     assert not torch.allclose(a[:, 6:], b[:, 6:])
 
 
-@pytest.mark.parametrize("kind", sorted(k for k in KINDS if "window" not in k))  # a window is causal
+@pytest.mark.parametrize("kind", sorted(k for k in KINDS if not {"window", "gated", "hybrid"} & set(k.split("-"))))
 def test_an_encoder_sees_both_sides(kind):
     model = lm(causal=False, **KINDS[kind])
     tokens = torch.randint(0, V, (2, 9))
@@ -154,14 +160,16 @@ def test_a_windowed_layer_holds_its_window_and_sinks_while_a_global_one_grows():
         *((f"rope-scaled-{method}", True) for method in ROPE_SCALINGS),
         ("alibi-softmax", True),
         ("none-softmax", True),
-        ("rope-linear", False),
+        ("rope-linear", True),  # linear layers take no rotation
+        ("rope-hybrid", True),
+        ("none-gated-scalar", True),
         ("sinusoidal-softmax", False),
         ("learned-softmax", False),
     ],
 )
 def test_relative_positions_do_not_see_where_a_window_starts(kind, invariant):
     """RoPE and ALiBi scores depend on offsets only: the same tokens at positions 0.. or 20.. give
-    the same logits. Added positions do, and so does RoPE under linear attention (phi breaks it)."""
+    the same logits. Added positions do. Linear and gated layers take no rotation."""
     model = lm(**KINDS[kind])
     tokens = torch.randint(0, V, (2, 8))
     with torch.no_grad():
@@ -248,6 +256,29 @@ def test_the_caches_grow_by_a_tokens_keys_and_values_except_linear_attentions_st
             (model(torch.zeros(1, 1, dtype=torch.long), t, caches), sum(c.nbytes for c in caches))[1] for t in range(5)
         ]
     assert sizes == [2 * (4 * 4 * 4 + 4 * 4) * 4] * 5  # 2 blocks x (S: H E E, z: H E) x float32
+    model = lm(attention=("gated", "softmax"))
+    caches = model.new_caches()
+    with torch.no_grad():
+        for t in range(5):
+            model(torch.zeros(1, 1, dtype=torch.long), t, caches)
+            assert caches[0].nbytes == 4 * 4 * 4 * 4  # S: H E E x float32, whatever t
+            assert caches[1].nbytes == kv_cache_bytes_per_token(1, 4, 4) * (t + 1)
+    assert len(caches[0].state) == 1 and caches[0].length == 5
+
+
+def test_linear_and_gated_layers_take_no_rotation():
+    """positions="rope" rotates the softmax layers only: a linear or gated model's logits are those
+    of the same weights without positions, and a hybrid's gated layer is a GatedLinearAttention."""
+    tokens = torch.randint(0, V, (2, 9))
+    with torch.no_grad():
+        for attention in ("linear", "gated"):
+            torch.testing.assert_close(
+                lm(attention=attention)(tokens), lm(positions="none", attention=attention)(tokens)
+            )
+        hybrid = lm(attention=("gated", "softmax"))
+        assert not torch.allclose(hybrid(tokens), lm(positions="none", attention=("gated", "softmax"))(tokens))
+    assert hybrid.config.layer_attention == ("gated", "softmax") and LMConfig(V).layer_attention == ("softmax",) * 2
+    assert type(hybrid.blocks[0].attn).__name__ == "GatedLinearAttention" and hybrid.blocks[1].kind == "softmax"
     assert LMCache().nbytes == 0
 
 
@@ -275,14 +306,33 @@ def test_bad_configurations_and_inputs_get_named_errors():
         lm(window=2, attention="linear")
     with pytest.raises(ValueError, match=r"sinks \(2\) need a window"):
         lm(sinks=2)
-    with pytest.raises(TypeError, match="linear attention keeps its state in LMCache"):
+    with pytest.raises(TypeError, match="linear and gated attention keep their state in LMCache"):
         from attnlab.attention import SinkKVCache
 
         lm(attention="linear")(torch.zeros(1, 3, dtype=torch.long), 0, [SinkKVCache(2), SinkKVCache(2)])
     with pytest.raises(ValueError, match="positions must be one of"):
         LMConfig(V, positions="relative")
-    with pytest.raises(ValueError, match="linear attention has none to bias"):
-        LMConfig(V, positions="alibi", attention="linear")
+    for attention in ("linear", "gated", ("softmax", "gated")):
+        with pytest.raises(ValueError, match="linear and gated attention have none to bias"):
+            LMConfig(V, positions="alibi", attention=attention)
+    with pytest.raises(ValueError, match=r"attention must have one entry per layer \(2\), got 3"):
+        LMConfig(V, attention=("gated", "softmax", "gated"))
+    with pytest.raises(
+        ValueError, match=r"attention must be one of \('softmax', 'linear', 'latent', 'gated'\), got 'mamba'"
+    ):
+        LMConfig(V, attention=("gated", "mamba"))
+    with pytest.raises(ValueError, match=r"gate must be one of \('scalar', 'vector', 'fixed'\), got 'sigmoid'"):
+        LMConfig(V, attention="gated", gate="sigmoid")
+    with pytest.raises(ValueError, match="gated attention forgets what came before; it needs causal=True"):
+        LMConfig(V, attention=("gated", "softmax"), causal=False)
+    with pytest.raises(ValueError, match="a window needs causal softmax attention in its layer"):
+        LMConfig(V, attention=("gated", "softmax"), window=(2, None))
+    with pytest.raises(ValueError, match="rope_scaling stretches the rotary positions of softmax attention"):
+        LMConfig(V, attention=("gated", "softmax"), rope_scaling=RopeScaling("ntk", 2))
+    with pytest.raises(TypeError, match="gated attention keeps its state in an LMCache"):
+        from attnlab.attention import SinkKVCache
+
+        lm(attention=("softmax", "gated")).blocks[1](torch.zeros(1, 3, 16), 0, SinkKVCache(2))
     with pytest.raises(ValueError, match=r"num_heads \(4\) must be a multiple of num_kv_heads \(3\)"):
         LMConfig(V, num_kv_heads=3)
     with pytest.raises(ValueError, match="an even head size"):

@@ -98,8 +98,8 @@ class LMCache:
     """What one block keeps while a decoder-only model generates (chapter 8).
 
     Softmax attention: ``key``, ``value`` ``(B, G, t, E)`` for the ``t`` positions so far, growing
-    by one per token. Linear attention: ``state`` ``(S (B, H, E, E), z (B, H, E))``, which never
-    grows. ``length`` counts the positions seen.
+    by one per token. Linear attention: ``state`` ``(S (B, H, E, E), z (B, H, E))``, gated
+    attention: ``(S (B, H, E, E),)``; neither grows. ``length`` counts the positions seen.
 
     A ``KeyValueCache``: ``append`` adds the keys and values of new positions; ``cached_keys`` and
     ``cached_values`` are ``key`` and ``value``, ``cached_length`` the number of positions they
@@ -109,7 +109,7 @@ class LMCache:
 
     key: torch.Tensor | None = None
     value: torch.Tensor | None = None
-    state: tuple[torch.Tensor, torch.Tensor] | None = None
+    state: tuple[torch.Tensor, ...] | None = None
     length: int = 0
 
     @property

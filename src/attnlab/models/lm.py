@@ -14,8 +14,10 @@ of ``LMConfig``:
   ``"none"``; ``rope_scaling``, a ``RopeScaling`` that stretches the rotary frequencies to run
   past the trained length (chapter 8);
 - ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
-- ``attention``: ``"softmax"``, ``"linear"`` (Katharopoulos et al. 2020) or ``"latent"``
-  (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9);
+- ``attention``: ``"softmax"``, ``"linear"`` (Katharopoulos et al. 2020), ``"latent"``
+  (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9) or
+  ``"gated"`` (``GatedLinearAttention`` with ``gate``, chapter "Beyond softmax"), in every layer
+  or one per layer (a hybrid: a few softmax layers among gated ones);
 - ``window``: sliding-window attention in every layer (an int) or in some (one entry per layer,
   ``None`` for a global one: Gemma 2 and 3 interleave local and global layers), and ``sinks``,
   the first positions a window always keeps (chapter 9);
@@ -27,7 +29,7 @@ of ``LMConfig``:
 
 A decoder-only model generates with a cache per block (``new_caches``): ``LMCache`` holds the keys
 and values of every earlier position for softmax attention, the constant-size state ``(S, z)``
-for linear attention; a windowed layer's ``SinkKVCache`` holds its window and sinks only. Any
+for linear attention, ``(S,)`` for gated; a windowed layer's ``SinkKVCache`` holds its window and sinks only. Any
 ``KeyValueCache`` can take a softmax layer's place (chapter 9 passes paged ones).
 
 Shapes: tokens ``(B, N)``; logits ``(B, N, V)``; ``D = d_model``, ``H`` query heads, ``G`` key and
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 from attnlab.attention.cache import KeyValueCache
+from attnlab.attention.gated import GATES, GatedLinearAttention
 from attnlab.attention.grouped import GroupedQueryAttention, grouped_query_attention, repeat_kv
 from attnlab.attention.latent import MultiHeadLatentAttention
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
@@ -69,7 +72,8 @@ __all__ = [
 ]
 
 POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
-ATTENTION_KINDS = ("softmax", "linear", "latent")
+ATTENTION_KINDS = ("softmax", "linear", "latent", "gated")
+RECURRENT_KINDS = ("linear", "gated")  # a state of fixed size, no keys to cache
 NORM_KINDS = ("layer", "rms")
 FEEDFORWARD_KINDS = ("gelu", "swiglu")
 
@@ -87,6 +91,14 @@ class LMConfig:
     also sees (chapter 9). ``latent_dim`` and ``rope_dim``: the sizes of the latent and of the
     decoupled rotary key of ``attention="latent"`` (``MultiHeadLatentAttention``), which brings
     its own rotary positions: it needs ``positions="rope"``.
+
+    ``attention``: a kind for every layer, or a tuple with a kind per layer. Rotary positions
+    rotate the queries and keys of softmax layers only: linear and gated layers take no
+    rotation (rotated before linear attention's feature map, a score would depend on more than
+    the offset; a gated layer's decay already tells near from far). ``gate``: the gate of the
+    ``"gated"`` layers (``GatedLinearAttention``: ``"scalar"``, Mamba-2's; ``"vector"``, GLA's;
+    ``"fixed"``, RetNet's), which ignore ``num_kv_heads`` and ``qk_norm`` (they normalise their
+    outputs instead) and keep no bias.
 
     The modern block (``attnlab.models.blocks``): ``norm`` is ``"layer"`` (LayerNorm) or
     ``"rms"`` (RMSNorm), in both sub-layers and after the last block. ``feedforward`` is
@@ -114,7 +126,7 @@ class LMConfig:
     num_layers: int = 2
     dim_feedforward: int = 256
     positions: str = "rope"
-    attention: str = "softmax"
+    attention: str | tuple[str, ...] = "softmax"
     causal: bool = True
     max_len: int = 1024
     dropout: float = 0.0
@@ -126,6 +138,7 @@ class LMConfig:
     feedforward: str = "gelu"
     qk_norm: bool = False
     rope_scaling: RopeScaling | None = None
+    gate: str = "scalar"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -141,11 +154,25 @@ class LMConfig:
                 f"LMConfig: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
         check_choice("LMConfig", "positions", self.positions, POSITION_KINDS)
-        check_choice("LMConfig", "attention", self.attention, ATTENTION_KINDS)
+        if isinstance(self.attention, tuple):
+            if len(self.attention) != self.num_layers:
+                raise ValueError(
+                    f"LMConfig: attention must have one entry per layer ({self.num_layers}), got {len(self.attention)}"
+                )
+            for a in self.attention:
+                check_choice("LMConfig", "attention", a, ATTENTION_KINDS)
+        else:
+            check_choice("LMConfig", "attention", self.attention, ATTENTION_KINDS)
+        kinds = set(self.layer_attention)
+        check_choice("LMConfig", "gate", self.gate, GATES)
         if not isinstance(self.causal, bool):
             raise TypeError(f"LMConfig: causal must be a bool, got {type(self.causal).__name__}")
-        if self.attention == "linear" and self.positions == "alibi":
-            raise ValueError("LMConfig: ALiBi biases the softmax's scores; linear attention has none to bias")
+        if kinds & set(RECURRENT_KINDS) and self.positions == "alibi":
+            raise ValueError(
+                "LMConfig: ALiBi biases the softmax's scores; linear and gated attention have none to bias"
+            )
+        if "gated" in kinds and not self.causal:
+            raise ValueError("LMConfig: gated attention forgets what came before; it needs causal=True")
         check_number("LMConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
         if isinstance(self.window, tuple):
             if len(self.window) != self.num_layers:
@@ -159,26 +186,27 @@ class LMConfig:
         check_int("LMConfig", "sinks", self.sinks, low=0)
         check_int("LMConfig", "latent_dim", self.latent_dim)
         check_int("LMConfig", "rope_dim", self.rope_dim)
-        if self.attention == "latent" and (self.positions != "rope" or self.num_kv_heads is not None):
+        if "latent" in kinds and (self.positions != "rope" or self.num_kv_heads is not None):
             raise ValueError(
                 "LMConfig: latent attention brings its own rotary key (positions='rope') and has no "
                 f"key/value heads to group (num_kv_heads=None); got positions={self.positions!r}, "
                 f"num_kv_heads={self.num_kv_heads!r}"
             )
         check_instance("LMConfig", "rope_scaling", self.rope_scaling, RopeScaling, none=True)
-        if self.rope_scaling is not None and (self.positions != "rope" or self.attention != "softmax"):
+        if self.rope_scaling is not None and (self.positions != "rope" or kinds != {"softmax"}):
             raise ValueError(
                 "LMConfig: rope_scaling stretches the rotary positions of softmax attention (positions='rope', "
                 f"attention='softmax'); got positions={self.positions!r}, attention={self.attention!r}"
             )
-        if any(w is not None for w in self.layer_windows) and (self.attention != "softmax" or not self.causal):
-            raise ValueError("LMConfig: a window needs causal softmax attention")
+        windowed = [a for a, w in zip(self.layer_attention, self.layer_windows, strict=True) if w is not None]
+        if any(a != "softmax" for a in windowed) or (windowed and not self.causal):
+            raise ValueError("LMConfig: a window needs causal softmax attention in its layer")
         if self.sinks and all(w is None for w in self.layer_windows):
             raise ValueError(f"LMConfig: sinks ({self.sinks}) need a window to be kept beside")
         check_choice("LMConfig", "norm", self.norm, NORM_KINDS)
         check_choice("LMConfig", "feedforward", self.feedforward, FEEDFORWARD_KINDS)
         check_bool("LMConfig", "qk_norm", self.qk_norm)
-        if self.qk_norm and self.attention == "latent":
+        if self.qk_norm and "latent" in kinds:
             raise ValueError(
                 "LMConfig: qk_norm normalises each head's queries and keys, which latent attention "
                 "builds from its latent inside MultiHeadLatentAttention; use attention='softmax' or 'linear'"
@@ -187,6 +215,11 @@ class LMConfig:
     @property
     def kv_heads(self) -> int:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def layer_attention(self) -> tuple[str, ...]:
+        """Each layer's attention."""
+        return self.attention if isinstance(self.attention, tuple) else (self.attention,) * self.num_layers
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
@@ -204,21 +237,25 @@ class LMBlock(nn.Module):
     linear or latent attention, and the modern block's parts: RMSNorm, SwiGLU, QK-norm (chapter
     8). ``x (B, N, D)`` at positions ``start, ..., start + N - 1``."""
 
-    def __init__(self, config: LMConfig, window: int | None = None):
+    def __init__(self, config: LMConfig, window: int | None = None, attention: str | None = None):
         super().__init__()
         c = self.config = config
         self.window = window
+        self.kind = c.layer_attention[0] if attention is None else attention
+        check_choice("LMBlock", "attention", self.kind, ATTENTION_KINDS)
         # RMSNorm and QK-norm draw no random numbers, and SwiGLU draws only in FeedForward's place: with
         # the default options the parameters come in the order and from the draws of the earlier chapters
         self.norm1, self.norm2 = _norm(c), _norm(c)
         self.attn: nn.Module
-        if c.attention == "latent":
+        if self.kind == "gated":
+            self.attn = GatedLinearAttention(c.d_model, c.num_heads, gate=c.gate)
+        elif self.kind == "latent":
             self.attn = MultiHeadLatentAttention(
                 c.d_model, c.num_heads, latent_dim=c.latent_dim, rope_dim=c.rope_dim, bias=True
             )
         else:
             self.attn = GroupedQueryAttention(c.d_model, c.num_heads, c.kv_heads)
-        self.qk_norm = QKNorm(c.d_model // c.num_heads) if c.qk_norm else None
+        self.qk_norm = QKNorm(c.d_model // c.num_heads) if c.qk_norm and self.kind != "gated" else None
         self.ff: nn.Module
         if c.feedforward == "swiglu":
             self.ff = SwiGLU(c.d_model, c.dim_feedforward, dropout=c.dropout)
@@ -234,26 +271,35 @@ class LMBlock(nn.Module):
             if isinstance(cache, LMCache):
                 cache.length += h.shape[1]
             return out
+        if isinstance(self.attn, GatedLinearAttention):  # chunked to train, recurrent to generate
+            if cache is None:
+                return self.attn(h)[0]
+            if not isinstance(cache, LMCache):
+                raise TypeError(f"LMBlock: gated attention keeps its state in an LMCache, got {describe(cache)}")
+            out, state = self.attn(h, None if cache.state is None else cache.state[0], form="recurrent")
+            cache.state, cache.length = (state,), cache.length + h.shape[1]
+            return out
         assert isinstance(self.attn, GroupedQueryAttention)
         q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
         B, H, N, E = q.shape
         # listing: block
         if self.qk_norm is not None:  # each head's queries and keys, before the rotation
             q, k = self.qk_norm(q, k)
-        if c.positions == "rope":
+        if c.positions == "rope" and self.kind == "softmax":  # linear attention takes no rotation
             positions = torch.arange(start, start + N, device=h.device)  # (N,)
             q, k = (
                 rotary_embedding(q, positions, scaling=c.rope_scaling),
                 rotary_embedding(k, positions, scaling=c.rope_scaling),
             )
-        if c.attention == "linear":
+        if self.kind == "linear":
             k, v = repeat_kv(k, H // c.kv_heads), repeat_kv(v, H // c.kv_heads)  # (B, H, N, E)
             if cache is None:
                 out = linear_attention(q, k, v, causal=c.causal)
             else:  # the recurrent form: a state of fixed size
                 if not isinstance(cache, LMCache):
                     raise TypeError(f"LMBlock: linear attention keeps its state in an LMCache, got {describe(cache)}")
-                out, cache.state = linear_attention_recurrent(q, k, v, cache.state)
+                S_z = None if cache.state is None else (cache.state[0], cache.state[1])
+                out, cache.state = linear_attention_recurrent(q, k, v, S_z)
         else:
             if cache is not None:  # the keys and values of earlier positions, then these
                 k, v = cache.append(k, v)  # (B, G, t + N, E)
@@ -280,8 +326,8 @@ class LMBlock(nn.Module):
         return x + self.dropout(self.ff(self.norm2(x)))
 
 
-def block_parameters(config: LMConfig) -> int:
-    """The parameters of one ``LMBlock`` of ``config``, by formula (chapter 8).
+def block_parameters(config: LMConfig, layer: int = 0) -> int:
+    """The parameters of block ``layer`` of a ``TransformerLM`` of ``config``, by formula (chapter 8).
 
     With ``D = d_model``, ``H`` query heads and ``G`` key and value heads of size
     ``E = D / H``, ``F = dim_feedforward``:
@@ -289,18 +335,25 @@ def block_parameters(config: LMConfig) -> int:
     - attention, softmax or linear: ``W_Q, W_O (D x D)``, ``W_K, W_V (D x G E)``, each with its
       bias: ``2 (D^2 + D) + 2 (D G E + G E)``; latent (``C = latent_dim``, ``R = rope_dim``):
       ``W_DKV (D C + C)``, ``W_UK, W_UV (C H E)``, ``W_KR (D R + R)``, ``W_UQ (D H E + H E)``,
-      ``W_QR (D H R + H R)``, ``W_O (H E D + D)``;
+      ``W_QR (D H R + H R)``, ``W_O (H E D + D)``; gated: ``W_Q, W_K, W_V, W_O (D x D)`` without
+      biases, and the gate's: ``D H + 2 H`` for ``"scalar"`` (``w_h``, ``A_log``, ``dt_bias``),
+      ``16 D + 16 D + D`` for ``"vector"`` (a rank-16 projection), none for ``"fixed"``;
     - two norms: ``2 * 2 D`` for LayerNorm (a gain and a bias), ``2 * D`` for RMSNorm (a gain);
     - the feed-forward network: ``2 D F + F + D`` for GELU (biased), ``3 D F`` for SwiGLU;
-    - QK-norm: ``2 E``, one gain for the queries and one for the keys, shared by the heads.
+    - QK-norm: ``2 E``, one gain for the queries and one for the keys, shared by the heads (not
+      in a gated layer).
 
     ``tests/unit/test_blocks.py`` checks it against ``sum(p.numel() for p in block.parameters())``.
     """
     if not isinstance(config, LMConfig):
         raise TypeError(f"block_parameters: config must be an LMConfig, got {type(config).__name__}")
     c = config
+    check_int("block_parameters", "layer", layer, low=0, high=c.num_layers - 1)
+    kind = c.layer_attention[layer]
     D, H, G, E, F = c.d_model, c.num_heads, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
-    if c.attention == "latent":
+    if kind == "gated":
+        attention = 4 * D * D + {"scalar": D * H + 2 * H, "vector": 33 * D, "fixed": 0}[c.gate]
+    elif kind == "latent":
         C, R = c.latent_dim, c.rope_dim
         attention = (D * C + C) + 2 * C * H * E + (D * R + R) + (D * H * E + H * E) + (D * H * R + H * R)
         attention += H * E * D + D
@@ -308,7 +361,7 @@ def block_parameters(config: LMConfig) -> int:
         attention = 2 * (D * D + D) + 2 * (D * G * E + G * E)
     norms = 2 * (2 * D if c.norm == "layer" else D)
     feedforward = 3 * D * F if c.feedforward == "swiglu" else 2 * D * F + F + D
-    return attention + norms + feedforward + (2 * E if c.qk_norm else 0)
+    return attention + norms + feedforward + (2 * E if c.qk_norm and kind != "gated" else 0)
 
 
 def block_flops(config: LMConfig, length: int) -> int:
@@ -329,7 +382,7 @@ def block_flops(config: LMConfig, length: int) -> int:
     if not isinstance(config, LMConfig):
         raise TypeError(f"block_flops: config must be an LMConfig, got {type(config).__name__}")
     check_int("block_flops", "length", length)
-    if config.attention != "softmax":
+    if set(config.layer_attention) != {"softmax"}:
         raise ValueError(f"block_flops: config.attention must be 'softmax', got {config.attention!r}")
     c = config
     D, G, E, F = c.d_model, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
@@ -358,7 +411,7 @@ class TransformerLM(nn.Module):
             self.register_buffer("pe", sinusoidal_encoding(c.max_len, c.d_model), persistent=False)
         elif c.positions == "learned":
             self.pe = nn.Parameter(torch.randn(c.max_len, c.d_model) * 0.02)
-        self.blocks = nn.ModuleList(LMBlock(c, w) for w in c.layer_windows)
+        self.blocks = nn.ModuleList(LMBlock(c, w, a) for w, a in zip(c.layer_windows, c.layer_attention, strict=True))
         self.norm = _norm(c)
         self.head = nn.Linear(c.d_model, c.vocab_size)
 
@@ -378,8 +431,9 @@ class TransformerLM(nn.Module):
                 raise TypeError(
                     f"TransformerLM: caches must be a list of KeyValueCache (new_caches()), got {describe(caches)}"
                 )
-            if c.attention == "linear" and not all(isinstance(x, LMCache) for x in caches):
-                raise TypeError("TransformerLM: linear attention keeps its state in LMCache (new_caches())")
+            recurrent = [x for a, x in zip(c.layer_attention, caches, strict=False) if a in RECURRENT_KINDS]
+            if not all(isinstance(x, LMCache) for x in recurrent):
+                raise TypeError("TransformerLM: linear and gated attention keep their state in LMCache (new_caches())")
             if len(caches) != len(self.blocks):
                 raise ValueError(
                     f"TransformerLM: caches must be a list of {len(self.blocks)} KeyValueCache (new_caches()), "
