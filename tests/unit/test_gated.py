@@ -103,6 +103,10 @@ def test_a_returned_state_continues_the_sequence(kind, form):
         assert state.shape == (B, H, E, EV)
         steps.append(out)
     torch.testing.assert_close(torch.cat(steps, dim=-2), whole)
+    empty, kept = gated_linear_attention(
+        q[..., :0, :], k[..., :0, :], v[..., :0, :], g[:, :, :0], form=form, state=last
+    )
+    assert empty.shape == (B, H, 0, EV) and torch.equal(kept, last)  # no position: the state as it was
 
 
 def test_gates_of_one_give_causal_linear_attention_without_its_normaliser():

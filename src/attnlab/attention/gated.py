@@ -186,7 +186,8 @@ def _chunked(
     state: torch.Tensor,
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    N, C = query.shape[-2], chunk_size
+    N = query.shape[-2]
+    C = max(1, min(chunk_size, N))  # a chunk longer than the sequence would only pad it
     n = -(-N // C)  # chunks; the last one padded: a gate of 1 and a key and value of 0 leave the state as it is
     q, k, v, g = (F.pad(t, (0, 0, 0, n * C - N)).unflatten(-2, (n, C)) for t in (query, key, value, log_gate))
     # listing: chunked
@@ -252,6 +253,8 @@ def gated_linear_attention(
         state = value.new_zeros(*lead, E, Ev)
     else:
         check_tensor(name, "state", state, kind="float", shape=(*lead, E, Ev), names=f"(..., E, Ev) = {(*lead, E, Ev)}")
+    if query.shape[-2] == 0:  # no position: no output, and the state as it was
+        return value.new_zeros(*lead, 0, Ev), state
     if form == "parallel":
         return _parallel(query, key, value, gate, state)
     if form == "recurrent":

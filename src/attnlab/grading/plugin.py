@@ -6,11 +6,12 @@ otter runs a plugin in its own process, where no code of the submission ever run
   otter's own pass (its init cell, the tests, the pickled results it reads back) runs none of
   the student's code;
 - ``after_grading`` runs the submission in a kernel of its own: the harness of
-  :mod:`attnlab.grading.sealed` first, then the student's code cells, then the cell that starts
-  the tests. The harness writes its outcomes signed with a key that only it and this process
-  know; this process checks the signature and puts the outcomes into otter's results, which
-  otter then reports as usual. A submission whose kernel writes no signed result (it ended the
-  process, for instance) fails every test, with a message that says why.
+  :mod:`attnlab.grading.sealed` first (installed by :mod:`attnlab.grading.harness`), then the
+  student's code cells, then the cell that starts the tests. The harness writes its outcomes signed
+  with a key that only it and this process know; this process checks the signature and puts the
+  outcomes into otter's results, which otter then reports as usual. A submission whose kernel writes
+  no signed result (it ended the process, for instance) fails every test, with a message that says
+  why.
 
 Every test of the sealed run has a time limit (:data:`TIME_LIMIT` seconds; the config's
 ``time_limit`` or the environment's ``ATTNLAB_TIME_LIMIT`` sets another): a test that runs longer
@@ -53,7 +54,7 @@ def _ignored(cell: nbformat.NotebookNode) -> bool:
 def sealed_notebook(submission: nbformat.NotebookNode, setup_path: str, token: str) -> nbformat.NotebookNode:
     """The notebook the sealed kernel runs: the harness, the submission's code cells, the grading."""
     cells = [
-        nbformat.v4.new_code_cell(f"from attnlab.grading.sealed import install\ninstall({setup_path!r})\ndel install")
+        nbformat.v4.new_code_cell(f"from attnlab.grading.harness import install\ninstall({setup_path!r})\ndel install")
     ]
     cells += [
         nbformat.v4.new_code_cell(c.source) for c in submission.cells if c.cell_type == "code" and not _ignored(c)

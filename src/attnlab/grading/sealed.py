@@ -1,6 +1,6 @@
 """The harness inside the kernel that runs a submission for sealed grading.
 
-:func:`install` runs first, before any of the student's cells. It reads its set-up (a key, a
+:func:`attnlab.grading.harness.install` runs first, before any of the student's cells. It reads its set-up (a key, a
 token, the tests' sources, where to write the result) from a file that it then deletes, takes
 snapshots of what the tests rely on, and adds an audit hook. Python code cannot remove an audit
 hook, and the harness keeps no other reference to its state: the key lives in the hook's closure,
@@ -24,7 +24,6 @@ can interrupt it).
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import signal
 import sys
@@ -33,6 +32,7 @@ import traceback
 import types
 from typing import Any
 
+from attnlab.grading.harness import module_snapshot, watched_classes
 from attnlab.grading.rules import (
     BY_PROXY,
     CALLABLE_DUNDERS,
@@ -44,7 +44,6 @@ from attnlab.grading.rules import (
     PROCESSES,
     QUICK,
     RUN_EVENT,
-    SKIPPED,
     TEST_PREFIX,
     TIME_LIMIT,
     WATCHED,
@@ -58,36 +57,6 @@ class Violation(Exception):
 class TimeLimit(BaseException):
     """Raised in a test that runs past its time limit: not an Exception, so that an ``except
     Exception`` in the test or in the student's code lets it through."""
-
-
-def _module_snapshot(names: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
-    found: dict[str, tuple[object, dict]] = {}
-    for name in names:
-        module = sys.modules.get(name)
-        if module is not None:
-            skip = SKIPPED.get(name, frozenset())
-            found[name] = (module, {k: v for k, v in vars(module).items() if k not in skip})
-    return found
-
-
-def _classes() -> list[type]:
-    """torch.Tensor, nn.Parameter and every class that torch.nn, torch.autograd, torch.profiler
-    and otter's test files name: the tests call their methods on the student's results."""
-    import otter.test_files
-    import otter.test_files.abstract_test
-    import torch
-
-    classes: set[type] = {torch.Tensor, torch.nn.Parameter}
-    for module in (
-        torch.nn,
-        torch.autograd,
-        torch.profiler,
-        torch.overrides,
-        otter.test_files,
-        otter.test_files.abstract_test,
-    ):
-        classes.update(v for v in vars(module).values() if isinstance(v, type))
-    return [c for c in classes if not c.__flags__ & (1 << 8)]  # immutable (C) types cannot change
 
 
 class _Sealed:
@@ -128,9 +97,9 @@ class _Sealed:
         self.digest = _hashlib.hmac_digest
         self.builtins = dict(vars(builtins))
         self.import_ = builtins.__import__
-        self.modules = _module_snapshot(WATCHED)
+        self.modules = module_snapshot(WATCHED)
         self.quick = {name: self.modules[name] for name in QUICK if name in self.modules}
-        self.classes = {c: dict(vars(c)) for c in _classes()}
+        self.classes = {c: dict(vars(c)) for c in watched_classes()}
         self.tensor_dict = self.classes[torch.Tensor]
         self.sys_modules = {name: module for name, (module, _) in self.modules.items()}
         self.threads = {t.ident for t in threading.enumerate()}
@@ -526,25 +495,3 @@ class _Sealed:
 
 
 _MISSING = object()
-
-
-def install(setup_path: str) -> None:
-    """Read the set-up, delete it, and seal this kernel (see the module's docstring)."""
-    with open(setup_path, encoding="utf-8") as f:
-        setup = json.load(f)
-    os.remove(setup_path)
-    prefixes: tuple[str, ...]
-    try:
-        shell = get_ipython()  # type: ignore[name-defined]  # IPython's builtin
-        cell = shell.compile.get_code_name("", "", 0)
-        prefixes = (os.path.join(os.path.dirname(cell), ""), "<ipython-input-")
-    except NameError:
-        prefixes = ("<ipython-input-",)
-    harness_cell = sys._getframe(1).f_code.co_filename
-    # This module's code again, in a namespace of its own whose builtins are a copy: the harness
-    # then looks up nothing that the student's code can replace (this module's globals, builtins).
-    private: dict[str, Any] = {"__name__": __name__, "__file__": __file__, "__builtins__": dict(vars(builtins))}
-    with open(__file__, encoding="utf-8") as f:
-        exec(compile(f.read(), __file__, "exec"), private)  # this file
-    sealed = private["_Sealed"](setup, prefixes, harness_cell)
-    sys.addaudithook(sealed.hook)

@@ -14,14 +14,13 @@ from attnlab.models.captioning import (
     SoftCaptioner,
     region_cells,
 )
+from attnlab.models.generation import generate, sample_next
 from attnlab.models.lm import (
     LMCache,
     LMConfig,
     TransformerLM,
     block_flops,
     block_parameters,
-    generate,
-    sample_next,
 )
 from attnlab.models.seq2seq import (
     AttentionDecoder,
