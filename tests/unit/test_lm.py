@@ -17,7 +17,16 @@ from attnlab.attention import (
     rotary_frequencies,
 )
 from attnlab.data import CharVocab, TextCorpus, python_corpus
-from attnlab.models import LMCache, LMConfig, Transformer, TransformerConfig, TransformerLM, generate, sample_next
+from attnlab.models import (
+    LMCache,
+    LMConfig,
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    block_parameters,
+    generate,
+    sample_next,
+)
 from attnlab.train import (
     evaluate_lm,
     lm_loss_by_position,
@@ -313,12 +322,12 @@ def test_bad_configurations_and_inputs_get_named_errors():
     with pytest.raises(ValueError, match="positions must be one of"):
         LMConfig(V, positions="relative")
     for attention in ("linear", "gated", ("softmax", "gated")):
-        with pytest.raises(ValueError, match="linear and gated attention have none to bias"):
+        with pytest.raises(ValueError, match="linear, gated and sparse attention have none to bias"):
             LMConfig(V, positions="alibi", attention=attention)
     with pytest.raises(ValueError, match=r"attention must have one entry per layer \(2\), got 3"):
         LMConfig(V, attention=("gated", "softmax", "gated"))
     with pytest.raises(
-        ValueError, match=r"attention must be one of \('softmax', 'linear', 'latent', 'gated'\), got 'mamba'"
+        ValueError, match=r"attention must be one of \('softmax', 'linear', 'latent', 'gated', 'sparse'\), got 'mamba'"
     ):
         LMConfig(V, attention=("gated", "mamba"))
     with pytest.raises(ValueError, match=r"gate must be one of \('scalar', 'vector', 'fixed'\), got 'sigmoid'"):
@@ -350,6 +359,36 @@ def test_bad_configurations_and_inputs_get_named_errors():
         lm(causal=False)(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache(), LMCache()])
     with pytest.raises(ValueError, match="caches must be a list of 2 KeyValueCache"):
         model(torch.zeros(1, 3, dtype=torch.long), 0, [LMCache()])
+
+
+def test_a_sparse_layer_is_causal_and_dense_when_it_keeps_every_block():
+    """attention="sparse" selects each query's top_k blocks (block_select_attention). Keeping every
+    block is dense causal attention: the softmax model's logits, with the same weights (a sparse
+    layer adds no parameter); keeping one block each changes them. Rotary positions and grouped
+    keys and values apply as in a softmax layer."""
+    tokens = torch.randint(0, V, (2, 9))
+    for options in ({}, {"num_kv_heads": 2, "qk_norm": True}):
+        dense = lm(**options)
+        every = lm(attention="sparse", block_size=2, top_k=5, **options)  # ceil(9 / 2) = 5 blocks
+        one = lm(attention="sparse", block_size=2, top_k=1, **options)
+        every.load_state_dict(dense.state_dict())
+        one.load_state_dict(dense.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(every(tokens), dense(tokens))
+            assert not torch.allclose(one(tokens)[:, 2:], dense(tokens)[:, 2:])
+            torch.testing.assert_close(one(tokens)[:, :2], dense(tokens)[:, :2])  # block 0 sees itself only
+    model = lm(attention=("gated", "sparse"), block_size=3, top_k=1)
+    changed = tokens.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % V
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[:, :6], model(changed)[:, :6])
+    assert block_parameters(model.config, 1) == sum(p.numel() for p in model.blocks[1].parameters())
+    with pytest.raises(ValueError, match="sparse attention selects among all keys at once and keeps no cache"):
+        generate(lm(attention="sparse"), tokens[:, :3], 2)
+    with pytest.raises(ValueError, match="block_size must be an int >= 1, got 0"):
+        LMConfig(V, attention="sparse", block_size=0)
+    with pytest.raises(ValueError, match="linear, gated and sparse attention have none to bias"):
+        LMConfig(V, attention="sparse", positions="alibi")
 
 
 # --- sampling and generation ---------------------------------------------------------------------

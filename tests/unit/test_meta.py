@@ -431,6 +431,13 @@ for name, options in LMS.items():
             return out, params(model)
 
 
+@case("TransformerLM-sparse-and-gated", TransformerLM, LMBlock, block_select_attention)
+def _lm_sparse():
+    # chapter "Beyond softmax": a sparse layer (each query's top 2 blocks of 2 keys) under a gated one
+    model = lm(positions="rope", attention=("sparse", "gated"), num_kv_heads=2, block_size=2, top_k=2).train()
+    return model(ids(B, 6, high=13)), params(model)
+
+
 @case("TransformerLM-windows-and-sinks", TransformerLM, LMBlock, SinkKVCache, sliding_window_mask)
 def _lm_windows():
     model = lm(positions="rope", window=(2, None), sinks=1)
@@ -1246,7 +1253,14 @@ def _never_moved(model: nn.Module) -> nn.Module:
 
 def _evaluations():
     from attnlab.data import CharVocab, make_evidence_task, make_neighbour_task
-    from attnlab.train import evaluate_captioner, evaluate_classifier, evaluate_seq2seq, evaluate_tagger, translate
+    from attnlab.train import (
+        evaluate_captioner,
+        evaluate_classifier,
+        evaluate_seq2seq,
+        evaluate_tagger,
+        recall_accuracy,
+        translate,
+    )
 
     vocab = CharVocab("ab")
     pairs = [("ab", "ba"), ("a", "a")]
@@ -1271,6 +1285,10 @@ def _evaluations():
             lambda m, **kw: evaluate_classifier(m, evidence.tokens, evidence.labels, **kw),
         ),
         "evaluate_captioner": (lambda: SoftCaptioner(CAPTIONER), lambda m, **kw: evaluate_captioner(m, scenes, **kw)),
+        "recall_accuracy": (
+            lambda: TransformerLM(LMConfig(16, d_model=8, num_heads=2, num_layers=1, dim_feedforward=8)),
+            lambda m, **kw: recall_accuracy(m, num_pairs=2, num_queries=1, num_sequences=4, **kw),
+        ),
         "gradient_noise": (
             lambda: HardCaptioner(CAPTIONER),
             lambda m, **kw: gradient_noise(m, scenes, batches=2, batch_size=2, **kw),

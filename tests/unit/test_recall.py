@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from attnlab.data import mqar_batch
+from attnlab.models import LMConfig, TransformerLM
+from attnlab.train import recall_accuracy, train_recall
 
 
 def test_the_layout_is_zoologys():
@@ -76,3 +78,57 @@ def test_bad_input_is_named():
         batch(generator=0)
     with pytest.raises(ValueError, match=r"^mqar_batch: pass seed or generator, not both$"):
         batch(seed=0, generator=torch.Generator())
+
+
+# --- training on it ------------------------------------------------------------------------------
+
+
+def _recall_model(**options) -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(LMConfig(16, d_model=32, num_heads=2, num_layers=2, dim_feedforward=64, **options))
+
+
+def test_the_accuracy_counts_the_queries_answered_with_their_value():
+    model = _recall_model()
+    _, targets = mqar_batch(64, num_pairs=3, num_queries=2, vocab_size=16, seed=10_000)
+
+    class Oracle(TransformerLM):  # logits that put the target first at a chosen share of the queries
+        def forward(self, x, start=0, caches=None):
+            logits = torch.zeros(*x.shape, 16)
+            right = targets.clamp(min=0)
+            right[:, 2 * 3 + 2 :] = 0  # the second query of every sequence: answered wrong (0 is no value)
+            return logits.scatter(-1, right[..., None], 1.0)
+
+    oracle = Oracle(model.config)
+    assert recall_accuracy(oracle, num_pairs=3, num_queries=2, num_sequences=64) == 0.5
+    assert 0 <= recall_accuracy(model, num_pairs=3, num_queries=2, num_sequences=64) <= 1
+
+
+def test_training_learns_to_recall_a_few_pairs():
+    model = _recall_model()
+    before = recall_accuracy(model, num_pairs=2, num_queries=2, num_sequences=256)
+    history = train_recall(model, steps=150, num_pairs=2, num_queries=2, batch_size=32, lr=1e-2, warmup=10,
+                           progress=False)  # fmt: skip
+    assert len(history.loss) == 150 and history.loss[-1] < 0.5 * history.loss[0]
+    after = recall_accuracy(model, num_pairs=2, num_queries=2, num_sequences=256)
+    assert before < 0.3 < 0.9 < after, (before, after)  # chance is 1 / 8
+
+
+def test_the_recall_trainer_and_accuracy_name_bad_arguments():
+    model = _recall_model()
+    with pytest.raises(TypeError, match="train_recall: model must be a TransformerLM, got Linear"):
+        train_recall(torch.nn.Linear(2, 2), steps=1, num_pairs=2, num_queries=1)
+    with pytest.raises(ValueError, match=r"model must be causal \(LMConfig\(causal=True\)\)"):
+        recall_accuracy(_recall_model(causal=False), num_pairs=2, num_queries=1)
+    with pytest.raises(ValueError, match="num_queries must be an int in"):
+        train_recall(model, steps=1, num_pairs=2, num_queries=3)
+    with pytest.raises(ValueError, match="vocab_size must be at least 18 for 8 pairs"):
+        train_recall(model, steps=50, num_pairs=8, num_queries=1)
+    with pytest.raises(ValueError, match="weight_decay must be a number >= 0"):
+        train_recall(model, steps=50, num_pairs=2, num_queries=1, weight_decay=-1.0)
+    with pytest.raises(ValueError, match="warmup must be an int"):
+        train_recall(model, steps=5, num_pairs=2, num_queries=1, warmup=6)
+    with pytest.raises(ValueError, match="sequences of 40 positions exceed the model's max_len 32"):
+        recall_accuracy(_recall_model(positions="learned", max_len=32), num_pairs=10, num_queries=10)
+    with pytest.raises(ValueError, match="num_sequences must be an int >= 1, got 0"):
+        recall_accuracy(model, num_pairs=2, num_queries=1, num_sequences=0)

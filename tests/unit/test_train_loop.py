@@ -60,6 +60,34 @@ def test_a_model_of_ones_own_trains_and_its_loss_falls():
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # Adam moved them all
 
 
+def test_weight_decay_is_adamws_decoupled_decay_and_zero_is_adam():
+    """With weight_decay = 0 the loop takes Adam's steps; with a decay, AdamW's: each weight is also
+    shrunk by lr * weight_decay times itself, apart from the gradient (Loshchilov and Hutter 2019)."""
+    runs = {}
+    for decay in (0.0, 0.5):
+        torch.manual_seed(0)
+        model, batches, loss_of = _setup()
+        train_loop(model, batches, loss_of, steps=3, lr=0.01, weight_decay=decay, progress=False)
+        runs[decay] = [p.detach().clone() for p in model.parameters()]
+    torch.manual_seed(0)
+    model, batches, loss_of = _setup()
+    adam = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(3):
+        adam.zero_grad()
+        loss_of(next(batches)).backward()
+        adam.step()
+    assert all(torch.equal(a, b) for a, b in zip(runs[0.0], model.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(runs[0.5], runs[0.0], strict=True))
+    torch.manual_seed(0)
+    model, batches, loss_of = _setup()
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.5)
+    for _ in range(3):
+        adamw.zero_grad()
+        loss_of(next(batches)).backward()
+        adamw.step()
+    assert all(torch.equal(a, b) for a, b in zip(runs[0.5], model.parameters(), strict=True))
+
+
 def test_the_loop_keeps_its_protocol_of_modes_and_evaluations():
     model, batches, loss_of = _setup()
     seen = []
@@ -106,6 +134,7 @@ def test_chapter_1_lists_the_same_function_by_its_old_name():
         ({"steps": 0}, ValueError, r"train_loop: steps must be an int >= 1, got 0"),
         ({"lr": 0.0}, ValueError, r"train_loop: lr must be a number > 0, got 0.0"),
         ({"clip": -1.0}, ValueError, r"train_loop: clip must be a number > 0, got -1.0"),
+        ({"weight_decay": -0.1}, ValueError, r"train_loop: weight_decay must be a number >= 0, got -0.1"),
     ],
 )
 def test_bad_arguments_are_named(change, error, message):

@@ -15,9 +15,11 @@ of ``LMConfig``:
   past the trained length (chapter 8);
 - ``num_kv_heads``: grouped-query attention (``num_heads``: multi-head; 1: multi-query);
 - ``attention``: ``"softmax"``, ``"linear"`` (Katharopoulos et al. 2020), ``"latent"``
-  (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9) or
-  ``"gated"`` (``GatedLinearAttention`` with ``gate``, chapter "Beyond softmax"), in every layer
-  or one per layer (a hybrid: a few softmax layers among gated ones);
+  (multi-head latent attention, DeepSeek-V2: ``latent_dim`` and ``rope_dim``, chapter 9),
+  ``"gated"`` (``GatedLinearAttention`` with ``gate``, chapter "Beyond softmax") or
+  ``"sparse"`` (``block_select_attention``: each query's ``top_k`` blocks of ``block_size``
+  keys, MoBA's way, chapter "Beyond softmax"), in every layer or one per layer (a hybrid: a few
+  softmax layers among gated ones);
 - ``window``: sliding-window attention in every layer (an int) or in some (one entry per layer,
   ``None`` for a global one: Gemma 2 and 3 interleave local and global layers), and ``sinks``,
   the first positions a window always keeps (chapter 9);
@@ -52,6 +54,7 @@ from attnlab.attention.latent import MultiHeadLatentAttention
 from attnlab.attention.linear import linear_attention, linear_attention_recurrent
 from attnlab.attention.local import SinkKVCache, sliding_window_mask
 from attnlab.attention.positional import RopeScaling, alibi_slopes, rotary_embedding, sinusoidal_encoding
+from attnlab.attention.sparse import block_select_attention
 from attnlab.models.blocks import QKNorm, RMSNorm, SwiGLU
 from attnlab.models.caches import LMCache
 from attnlab.models.position_wise import FeedForward
@@ -71,7 +74,7 @@ __all__ = [
 ]
 
 POSITION_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi")
-ATTENTION_KINDS = ("softmax", "linear", "latent", "gated")
+ATTENTION_KINDS = ("softmax", "linear", "latent", "gated", "sparse")
 RECURRENT_KINDS = ("linear", "gated")  # a state of fixed size, no keys to cache
 NORM_KINDS = ("layer", "rms")
 FEEDFORWARD_KINDS = ("gelu", "swiglu")
@@ -107,8 +110,11 @@ class LMConfig:
     2/3 of ``4 d_model`` to keep them equal). ``qk_norm`` puts an RMSNorm on each head's queries
     and keys before the rotary positions (``QKNorm``); with linear attention it normalises what
     the feature map receives; latent attention has no per-head key before its up-projection to
-    normalise here, and refuses it. The defaults build the models of the earlier chapters,
-    parameter for parameter.
+    normalise here, and refuses it. ``block_size`` and ``top_k``: the blocks of keys and how many
+    of them each query of a ``"sparse"`` layer keeps (its own block among them); a sparse layer
+    takes rotary positions and QK-norm as a softmax layer does, and has no cache (it selects
+    among all keys at once: it trains and scores, and does not generate). The defaults build the
+    models of the earlier chapters, parameter for parameter.
 
     ``rope_scaling``: ``None`` (plain rotary positions), or a ``RopeScaling`` for a model with
     ``positions="rope"`` and softmax attention, to run it on longer sequences than it was
@@ -138,6 +144,8 @@ class LMConfig:
     qk_norm: bool = False
     rope_scaling: RopeScaling | None = None
     gate: str = "scalar"
+    block_size: int = 4
+    top_k: int = 2
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "dim_feedforward", "max_len"):
@@ -166,10 +174,12 @@ class LMConfig:
         check_choice("LMConfig", "gate", self.gate, GATES)
         if not isinstance(self.causal, bool):
             raise TypeError(f"LMConfig: causal must be a bool, got {type(self.causal).__name__}")
-        if kinds & set(RECURRENT_KINDS) and self.positions == "alibi":
+        if kinds & {*RECURRENT_KINDS, "sparse"} and self.positions == "alibi":
             raise ValueError(
-                "LMConfig: ALiBi biases the softmax's scores; linear and gated attention have none to bias"
+                "LMConfig: ALiBi biases the softmax's scores; linear, gated and sparse attention have none to bias"
             )
+        check_int("LMConfig", "block_size", self.block_size)
+        check_int("LMConfig", "top_k", self.top_k)
         if "gated" in kinds and not self.causal:
             raise ValueError("LMConfig: gated attention forgets what came before; it needs causal=True")
         check_number("LMConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
@@ -284,7 +294,7 @@ class LMBlock(nn.Module):
         # listing: block
         if self.qk_norm is not None:  # each head's queries and keys, before the rotation
             q, k = self.qk_norm(q, k)
-        if c.positions == "rope" and self.kind == "softmax":  # linear attention takes no rotation
+        if c.positions == "rope" and self.kind in ("softmax", "sparse"):  # linear attention takes no rotation
             positions = torch.arange(start, start + N, device=h.device)  # (N,)
             q, k = (
                 rotary_embedding(q, positions, scaling=c.rope_scaling),
@@ -299,6 +309,10 @@ class LMBlock(nn.Module):
                     raise TypeError(f"LMBlock: linear attention keeps its state in an LMCache, got {describe(cache)}")
                 S_z = None if cache.state is None else (cache.state[0], cache.state[1])
                 out, cache.state = linear_attention_recurrent(q, k, v, S_z)
+        elif self.kind == "sparse":
+            if cache is not None:
+                raise ValueError("LMBlock: sparse attention selects among all keys at once and keeps no cache")
+            out = block_select_attention(q, k, v, block_size=c.block_size, top_k=c.top_k, causal=c.causal)[0]
         else:
             if cache is not None:  # the keys and values of earlier positions, then these
                 k, v = cache.append(k, v)  # (B, G, t + N, E)

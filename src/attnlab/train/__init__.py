@@ -23,7 +23,8 @@ The modules, by what they hold:
 - ``decoding``: greedy translation of one string (``translate``);
 - ``trainers``: the trainers of translators, taggers and classifiers;
 - ``captioning``: the captioners' loss, trainer and evaluation (chapter 4);
-- ``language_models``: the language models' objectives, trainer and loss by position (chapter 8).
+- ``language_models``: the language models' objectives, trainer and loss by position (chapter 8);
+- ``recall``: multi-query associative recall, a trainer and an accuracy (chapter "Beyond softmax").
 """
 
 from attnlab.train.captioning import (
@@ -49,6 +50,7 @@ from attnlab.train.language_models import LM_OBJECTIVES as LM_OBJECTIVES
 from attnlab.train.language_models import evaluate_lm, lm_loss_by_position, mask_tokens, train_lm
 from attnlab.train.loop import Device as Device
 from attnlab.train.loop import TrainHistory, train_loop
+from attnlab.train.recall import recall_accuracy, train_recall
 from attnlab.train.schedules import warmup_cosine
 from attnlab.train.trainers import train_classifier, train_seq2seq, train_tagger
 
@@ -70,12 +72,14 @@ __all__ = [
     "gradient_noise",
     "lm_loss_by_position",
     "mask_tokens",
+    "recall_accuracy",
     "seq2seq_loss_by_position",
     "shift_captions",
     "train_captioner",
     "train_classifier",
     "train_lm",
     "train_loop",
+    "train_recall",
     "train_seq2seq",
     "train_tagger",
     "translate",

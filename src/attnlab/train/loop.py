@@ -97,6 +97,7 @@ def train_loop(
     steps: int,
     lr: float,
     betas: tuple[float, float] = (0.9, 0.999),
+    weight_decay: float = 0.0,
     clip: float | None = None,
     schedule: Callable[[int], float] | None = None,
     evaluate: Callable[[], Any] | None = None,
@@ -159,8 +160,13 @@ def train_loop(
     check_int(name, "eval_every", eval_every, none=True)
     check_number(name, "lr", lr, low=0, low_open=True)
     check_number(name, "clip", clip, low=0, low_open=True, none=True)
+    check_number(name, "weight_decay", weight_decay, low=0)
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+    optimizer: torch.optim.Optimizer
+    if weight_decay > 0:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
     scheduler = None
     if schedule is not None:  # LambdaLR counts from 0; the schedule sees steps from 1
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
