@@ -2004,6 +2004,69 @@ def latent_attention() -> Figure:
 
 
 # the legend, for book/notation.md ----------------------------------------------------------
+GATED_N, GATED_C, GATED_DECAY = 8, 4, 0.8  # positions, chunk, the decay drawn
+
+
+def _decayed(rows: range, cols: range) -> list[list[float | None]]:
+    """The decay ``a^(t - s)`` of key ``s`` for query ``t`` (``None`` above the diagonal)."""
+    return [[GATED_DECAY ** (t - s) if s <= t else None for s in cols] for t in rows]
+
+
+@figure("gated-forms")
+def gated_forms() -> Figure:
+    """Chapter 10: one gated linear attention layer computed in its parallel, recurrent and chunked forms."""
+    n, c, cell = GATED_N, GATED_C, 16
+    f = Figure(540, 330, "One gated layer, three forms that compute the same outputs",
+               f"Left, the parallel form: all {n} by {n} decayed scores at once, a lower-triangular matrix whose "
+               f"weights fade away from the diagonal, times the values. Middle, the recurrent form: a state S_t "
+               f"updated once per position, S_t = a_t S_(t-1) + k_t v_t^T, read by each query. Right, the chunked "
+               f"form with chunks of {c}: the parallel form inside each chunk (the triangles on the diagonal) and "
+               f"the state carried from one chunk to the next for everything earlier (the block below them).")
+    f.text(20, 28, "one gated layer, three forms: the same outputs", anchor="start", bold=True)
+    tops, left = 78, (24, 206, 388)
+    for x, title in zip(left, ("parallel", "recurrent", "chunked"), strict=True):
+        f.text(x + n * cell / 2, tops - 22, title, bold=True)
+    grid = f.tensor(left[0], tops, n, n, cell, values=_decayed(range(n), range(n)))
+    f.text(grid.cx, grid.bottom + 22, f"$n$ × $n$ scores at once", size=SMALL, color=MUTED)
+    f.text(grid.cx, grid.bottom + 40, "work $n^2$, 1 step", size=SMALL, color=MUTED)
+    # recurrent: a column of states, each fed k_t v_t^T and read by q_t
+    cx, step, states = left[1] + n * cell / 2, 34, 4
+    previous = None
+    for t in range(states):
+        y = tops + t * step
+        box = f.tensor(cx - 12, y, 2, 2, 12, role="state")
+        f.text(box.right + 8, box.cy + 5, f"$S$_{t + 1}", anchor="start", size=SMALL)
+        f.arrow((box.x - 26, box.cy), (box.x - 1, box.cy), role="key")
+        if t == 0:
+            f.text(box.x - 30, box.cy + 5, "$**k**_t$ $**v**_t^⊤$", anchor="end", size=SMALL,
+                   color=ROLES["key"].stroke)
+        if previous is not None:
+            f.arrow(previous.base, (box.cx, box.y - 1), role="state")
+        previous = box
+    f.text(cx, grid.bottom + 22, f"one state, $n$ updates", size=SMALL, color=MUTED)
+    f.text(cx, grid.bottom + 40, "work $n$, $n$ steps", size=SMALL, color=MUTED)
+    # chunked: triangles on the diagonal, the earlier chunks through the state
+    values = _decayed(range(n), range(n))
+    for t in range(n):
+        for s in range(n):
+            if t // c != s // c:
+                values[t][s] = None
+    chunked = f.tensor(left[2], tops, n, n, cell, values=values)
+    below = f.rect(left[2], tops + c * cell, c * cell, c * cell, fill=ROLES["state"].fill,
+                   stroke=ROLES["state"].stroke, width=1.6)
+    f.label(below.cx, below.cy, "via $S$", size=SMALL)
+    f.text(chunked.cx, grid.bottom + 22, f"chunks of $C$ = {c}", size=SMALL, color=MUTED)
+    f.text(chunked.cx, grid.bottom + 40, "work $nC$, $n$/$C$ steps", size=SMALL, color=MUTED)
+    lines = [
+        "$S_t$ = $a_t$ $S_{t-1}$ + $**k**_t$ $**v**_t^⊤$,   $**o**_t$ = $S_t^⊤$ $**q**_t$",
+        f"the weight of key $s$ for query $t$: $a_{{s+1}}$ ⋯ $a_t$ (drawn: $a$ = {GATED_DECAY} at every step)",
+    ]
+    for i, line in enumerate(lines):
+        f.text(20, 282 + 24 * i, line, anchor="start", size=SIZE if i == 0 else SMALL,
+               color=INK if i == 0 else MUTED)
+    return f
+
+
 @figure("legend")
 def legend() -> Figure:
     """The visual language of every figure: the colours of the roles and the three shapes."""
