@@ -1768,6 +1768,65 @@ def online_softmax() -> Figure:
     return f
 
 
+# chapter 8 ----------------------------------------------------------------------------------
+@figure("position-lineage")
+def position_lineage() -> Figure:
+    """Chapter 8: the ways of giving positions, as a lineage from the Transformer's to today's."""
+    f = Figure(540, 470, "Positions in attention, as a lineage",
+               "Three families. Added to the token: the sinusoidal encoding (Vaswani et al. 2017), then "
+               "the learned table of BERT and GPT (2018). A bias on the scores: relative vectors (Shaw et "
+               "al. 2018), T5's bucketed bias (Raffel et al. 2020), ALiBi's linear penalty (Press et al. "
+               "2022). A rotation of queries and keys: RoPE (Su et al. 2021), which uses the rotation of "
+               "the sinusoidal encoding directly, and its stretches past the trained length: position "
+               "interpolation, NTK-aware scaling and YaRN (2023).")
+    w, h, step = 160, 46, 70
+    cols = [16, 190, 364]
+    heads = [("added to the token", "chapter 5"), ("a bias on the scores", "this chapter"),
+             ("a rotation of $q$ and $k$", "this chapter")]
+    for x, (head, note) in zip(cols, heads, strict=True):
+        f.text(x, 30, head, anchor="start", bold=True, size=SMALL)
+        f.text(x, 47, note, anchor="start", size=SMALL, color=MUTED)
+
+    def node(col: int, row: int, name: str, source: str) -> Box:
+        x, y = cols[col], 62 + row * step
+        box = f.rect(x, y, w, h, fill="#ffffff", stroke=LINE, width=1.3, rx=5)
+        assert text_width(name, SMALL) < w - 8 and text_width(source, SMALL) < w - 8, name
+        f.label(box.cx, y + 15, name, size=SMALL, bold=True)
+        f.label(box.cx, y + 33, source, size=SMALL, color=MUTED)
+        return box
+
+    sinusoidal = node(0, 0, "sinusoidal", "Vaswani et al. 2017")
+    learned = node(0, 1, "learned table", "BERT, GPT 2018")
+    shaw = node(1, 0, "relative vectors", "Shaw et al. 2018")
+    t5 = node(1, 1, "bucketed bias", "T5, Raffel et al. 2020")
+    alibi = node(1, 2, "ALiBi", "Press et al. 2022")
+    rope = node(2, 1, "RoPE", "Su et al. 2021")
+    stretches = [node(2, 2, "interpolation", "Chen et al. 2023"), node(2, 3, "NTK-aware scaling", "bloc97 2023"),
+                 node(2, 4, "YaRN", "Peng et al. 2023")]
+    f.arrow(sinusoidal.base, learned.top)
+    f.arrow(shaw.base, t5.top)
+    f.arrow(t5.base, alibi.top)
+    turn = rope.x + 24  # over the relative vectors, then down the empty top of the third column
+    f.arrow((sinusoidal.right - 24, sinusoidal.y), (sinusoidal.right - 24, 55), (turn, 55), (turn, rope.y))
+    f.text(turn + 8, sinusoidal.cy - 2, "its rotation,", anchor="start", size=SMALL, color=MUTED)
+    f.text(turn + 8, sinusoidal.cy + 16, "used directly", anchor="start", size=SMALL, color=MUTED)
+    trunk = rope.x - 10
+    f.path(f"M{fmt(rope.x + 12)} {fmt(rope.bottom)} L{fmt(rope.x + 12)} {fmt(rope.bottom + 6)} "
+           f"L{fmt(trunk)} {fmt(rope.bottom + 6)} L{fmt(trunk)} {fmt(stretches[-1].cy)}", width=1.6)
+    for box in stretches:
+        f.arrow((trunk, box.cy), box.west)
+    f.text(rope.x - 160, stretches[1].cy - 8, "stretched past the", anchor="start", size=SMALL, color=MUTED)
+    f.text(rope.x - 160, stretches[1].cy + 10, "trained length, no", anchor="start", size=SMALL, color=MUTED)
+    f.text(rope.x - 160, stretches[1].cy + 28, "new weights", anchor="start", size=SMALL, color=MUTED)
+    y = 62 + 5 * step - 6
+    f.rect(12, y - 16, 516, 1, fill=CARD_EDGE, stroke="none")
+    for i, line in enumerate(["Left: a score sees where each token sits. Middle and right: a score",
+                              "depends on the offset $n$ − $m$ between query and key (T5 and Shaw et al.",
+                              "clip it), so shifting a sequence changes nothing."]):
+        f.text(20, y + 6 + 18 * i, line, anchor="start", size=SMALL)
+    return f
+
+
 # chapter 9 ----------------------------------------------------------------------------------
 BLOCK = 4  # token slots per block in the paged cache's figure
 PAGED = {"A": (7, [1, 4]), "B": (10, [0, 6, 3]), "C": (2, [7])}  # request: (tokens, its block table)

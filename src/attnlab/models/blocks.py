@@ -129,4 +129,6 @@ class QKNorm(nn.Module):
         E = self.q_norm.dim
         check_tensor("QKNorm", "q", q, kind="float", shape=(None, None, None, E), names=f"(B, H, L, {E})")
         check_tensor("QKNorm", "k", k, kind="float", shape=(None, None, None, E), names=f"(B, G, S, {E})")
+        # listing: qknorm
         return self.q_norm(q), self.k_norm(k)  # each head's E features, one weight for all heads
+        # end listing: qknorm
