@@ -291,10 +291,11 @@ BLOCKS = [
     if not (attention == "latent" and (groups is not None or qk_norm))
 ]
 GATED = [
-    dict(attention="gated", gate=gate, norm=norm, qk_norm=qk_norm)
+    dict(attention="gated", gate=gate, norm=norm, qk_norm=qk_norm, conv_size=conv)
     for gate in ("scalar", "vector", "fixed")
     for norm in ("layer", "rms")
     for qk_norm in (False, True)
+    for conv in (0, 4)
 ]
 
 

@@ -211,6 +211,45 @@ def test_the_mixer_runs_every_form_and_decodes_token_by_token(gate):
     assert not missing and x.grad is not None
 
 
+@pytest.mark.parametrize("conv_size", [1, 2, 4])
+@pytest.mark.parametrize("gate", GATES)
+def test_a_short_convolution_decodes_from_its_history(gate, conv_size):
+    """With Mamba-2's short convolution, every form, token by token from the inputs before it,
+    and a sequence cut in two give the same outputs (the convolution reads the last K - 1
+    inputs: passing more changes nothing)."""
+    torch.manual_seed(8)
+    mixer = GatedLinearAttention(12, 3, gate=gate, conv_size=conv_size).double()
+    x = torch.randn(2, 9, 12, dtype=F64)
+    out, state = mixer(x, form="parallel")
+    torch.testing.assert_close(mixer(x, form="chunked", chunk_size=4)[0], out)
+    steps, step_state = [], None
+    for t in range(9):
+        step, step_state = mixer(x[:, t : t + 1], step_state, form="recurrent", history=x[:, :t] if t else None)
+        steps.append(step)
+    torch.testing.assert_close(torch.cat(steps, dim=1), out)
+    torch.testing.assert_close(step_state, state)
+    first, middle = mixer(x[:, :5])
+    second, _ = mixer(x[:, 5:], middle, history=x[:, 5 - (conv_size - 1) : 5] if conv_size > 1 else None)
+    torch.testing.assert_close(torch.cat([first, second], dim=1), out)
+
+
+def test_the_short_convolution_mixes_each_channel_over_its_last_k_positions():
+    """Channel c of the queries at position t is silu(sum_j w_cj p_c(t - K + 1 + j) + b_c), p the
+    projection, zeros before the start; without the history the next token would not see the
+    token before it."""
+    torch.manual_seed(9)
+    mixer = GatedLinearAttention(4, 1, gate="fixed", conv_size=3).double()
+    x = torch.randn(1, 6, 4, dtype=F64)
+    q, k, _ = mixer.project(x)  # (B, H, N, E)
+    p = torch.nn.functional.pad(mixer.q_proj(x), (0, 0, 2, 0))  # (1, 2 + N, D): two zeros before
+    w, b = mixer.conv.weight[:4, 0], mixer.conv.bias[:4]  # the queries' channels come first: (D, K), (D,)
+    expected = torch.stack([torch.nn.functional.silu((p[0, t : t + 3].T * w).sum(-1) + b) for t in range(6)])
+    torch.testing.assert_close(q[0, 0], expected)
+    alone = mixer.project(x[:, 5:])[1]
+    assert not torch.allclose(alone[0, 0, 0], k[0, 0, 5])
+    torch.testing.assert_close(mixer.project(x[:, 5:], x[:, :5])[1][0, 0, 0], k[0, 0, 5])
+
+
 def test_the_mixers_gates_are_the_papers():
     fixed = GatedLinearAttention(8, 4, gate="fixed")
     assert not list(p for name, p in fixed.named_parameters() if "gate" in name or "A_log" in name)
@@ -288,3 +327,11 @@ def test_bad_input_is_named():
         GatedLinearAttention(8, 3)
     with pytest.raises(ValueError, match=r"^GatedLinearAttention: x must have shape \(B, N, D\), got \(1, 5, 6\)$"):
         GatedLinearAttention(8, 2)(torch.zeros(1, 5, 6))
+    with pytest.raises(ValueError, match=r"^GatedLinearAttention: conv_size must be an int >= 0, got -1$"):
+        GatedLinearAttention(8, 2, conv_size=-1)
+    with pytest.raises(ValueError, match=r"^GatedLinearAttention: history is for a short convolution, and this layer"):
+        GatedLinearAttention(8, 2)(torch.zeros(1, 5, 8), history=torch.zeros(1, 2, 8))
+    with pytest.raises(
+        ValueError, match=r"^GatedLinearAttention: history must have shape \(B, M, D\), got \(2, 3, 8\)$"
+    ):
+        GatedLinearAttention(8, 2, conv_size=4)(torch.zeros(1, 5, 8), history=torch.zeros(2, 3, 8))

@@ -58,6 +58,8 @@ KINDS["rope-latent-rms-swiglu"] = dict(attention="latent", latent_dim=8, rope_di
 for gate in ("scalar", "vector", "fixed"):  # Mamba-2's, GLA's and RetNet's gates
     KINDS[f"none-gated-{gate}"] = dict(positions="none", attention="gated", gate=gate)
 KINDS["rope-hybrid"] = dict(positions="rope", attention=("gated", "softmax"))  # a softmax layer among gated ones
+KINDS["none-gated-conv"] = dict(positions="none", attention="gated", conv_size=3)  # Mamba-2's short convolution
+KINDS["rope-hybrid-conv"] = dict(positions="rope", attention=("gated", "softmax"), conv_size=2)
 KINDS["rope-hybrid-linear-G2-window"] = dict(
     positions="rope", attention=("softmax", "linear"), num_kv_heads=2, window=(3, None)
 )
@@ -330,6 +332,10 @@ def test_bad_configurations_and_inputs_get_named_errors():
         ValueError, match=r"attention must be one of \('softmax', 'linear', 'latent', 'gated', 'sparse'\), got 'mamba'"
     ):
         LMConfig(V, attention=("gated", "mamba"))
+    with pytest.raises(ValueError, match="conv_size is the short convolution of gated layers, and this model has none"):
+        LMConfig(V, conv_size=4)
+    with pytest.raises(ValueError, match=r"^LMConfig: conv_size must be an int >= 0, got -1$"):
+        LMConfig(V, attention="gated", conv_size=-1)
     with pytest.raises(ValueError, match=r"gate must be one of \('scalar', 'vector', 'fixed'\), got 'sigmoid'"):
         LMConfig(V, attention="gated", gate="sigmoid")
     with pytest.raises(ValueError, match="gated attention forgets what came before; it needs causal=True"):

@@ -939,6 +939,15 @@ for gate_kind in GATES:
         return (whole, state, steps), [*params(mixer), x]
 
 
+@case("GatedLinearAttention-conv", GatedLinearAttention)
+def _gated_conv():
+    mixer = on_meta(GatedLinearAttention(E, 2, conv_size=3))
+    x = randn(B, 5, E, grad=True)
+    whole, state = mixer(x)
+    steps = [mixer(x[:, :3], form="parallel"), mixer(x[:, 3:], state, form="recurrent", history=x[:, :3])]
+    return (whole, state, steps), [*params(mixer), x]
+
+
 @case("tiled-and-standard-attention", tiled_attention, standard_attention, attention_traffic, flash_block_sizes)
 def _tiled():
     q, k, v = qkv(keys=7)

@@ -297,24 +297,32 @@ class GatedLinearAttention(nn.Module):
 
     ``norm``: divide each head's output by its root mean square (GLA's per-head RMSNorm without
     its weight, which ``out_proj`` can learn; RetNet's GroupNorm with one group per head is the
-    same idea). Without it the output grows with the number of keys the state holds. Left out:
-    the models' output gate (``swish(x W_g)`` times the normalised output) and short
-    convolutions.
+    same idea). Without it the output grows with the number of keys the state holds.
 
-    ``forward(x (B, N, D), state=None, *, form="chunked", chunk_size=64)`` returns
-    ``(output (B, N, D), state (B, H, E, E))``, as ``nn.GRU`` returns its last hidden state:
-    ``out, _ = mixer(x)`` where a tensor is wanted, and the state passed back in to decode one
-    token at a time.
+    ``conv_size``: ``K > 0`` puts Mamba-2's short convolution on the queries, keys and values
+    (``mamba_ssm``'s ``Mamba2``, ``d_conv=4``; GLA and Zoology's models have one too): each
+    channel becomes a learned mix of its last ``K`` positions, causal, then ``silu``. A key can
+    then carry the token before it, so that one step of the state binds two neighbouring tokens.
+    ``0`` (the default) leaves it out. Left out: the models' output gate (``swish(x W_g)``
+    times the normalised output).
+
+    ``forward(x (B, N, D), state=None, *, form="chunked", chunk_size=64, history=None)``
+    returns ``(output (B, N, D), state (B, H, E, E))``, as ``nn.GRU`` returns its last hidden
+    state: ``out, _ = mixer(x)`` where a tensor is wanted, and the state passed back in to
+    decode one token at a time. With a convolution, ``history (B, M, D)`` holds the inputs of the
+    ``M`` positions before ``x`` (none: ``x`` starts the sequence), of which the convolution
+    reads the last ``K - 1``.
     """
 
     log_decay: torch.Tensor  # the "fixed" gate's buffer, (H,)
 
-    def __init__(self, embed_dim: int, num_heads: int, *, gate: str = "scalar", norm: bool = True):
+    def __init__(self, embed_dim: int, num_heads: int, *, gate: str = "scalar", norm: bool = True, conv_size: int = 0):
         super().__init__()
         name = "GatedLinearAttention"
         check_ints(name, embed_dim=embed_dim, num_heads=num_heads)
         check_choice(name, "gate", gate, GATES)
         check_bool(name, "norm", norm)
+        check_int(name, "conv_size", conv_size, low=0)
         if embed_dim % num_heads:
             raise ValueError(f"{name}: embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         H = num_heads
@@ -323,6 +331,9 @@ class GatedLinearAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.conv_size = conv_size
+        # one filter of K taps and a bias per channel of q, k and v (groups: no mixing of channels)
+        self.conv = nn.Conv1d(3 * embed_dim, 3 * embed_dim, conv_size, groups=3 * embed_dim) if conv_size else None
         self.gate_proj: nn.Module | None = None
         if gate == "fixed":
             self.register_buffer("log_decay", retnet_decay(H, log=True))  # (H,)
@@ -346,15 +357,39 @@ class GatedLinearAttention(nn.Module):
         gates = F.logsigmoid(self.gate_proj(x)) / 16  # (B, N, D): log of sigmoid^(1/16), in (-inf, 0)
         return gates.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, H, E) -> (B, H, N, E)
 
+    def project(self, x: torch.Tensor, history: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """Queries, keys and values ``(B, H, N, E)`` of ``x (B, N, D)``, through the short
+        convolution when there is one (reading ``history (B, M, D)``, the inputs before ``x``)."""
+        B, N, D = x.shape
+        if self.conv is None:
+            q, k, v = (proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        else:
+            K = self.conv_size
+            past = x[:, :0] if history is None or K == 1 else history[:, 1 - K :]  # the last K - 1 at most
+            xs = torch.cat([past, x], dim=1)  # (B, M + N, D)
+            qkv = torch.cat([proj(xs) for proj in (self.q_proj, self.k_proj, self.v_proj)], dim=-1)  # (B, M + N, 3D)
+            qkv = F.pad(qkv.transpose(1, 2), (K - 1 - past.shape[1], 0))  # (B, 3D, K - 1 + N): zeros before
+            q, k, v = F.silu(self.conv(qkv)).transpose(1, 2).split(D, dim=-1)  # (B, N, D) each
+        return tuple(t.view(B, N, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+
     def forward(
-        self, x: torch.Tensor, state: torch.Tensor | None = None, *, form: str = "chunked", chunk_size: int = 64
+        self,
+        x: torch.Tensor,
+        state: torch.Tensor | None = None,
+        *,
+        form: str = "chunked",
+        chunk_size: int = 64,
+        history: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_tensor(
-            "GatedLinearAttention", "x", x, kind="float", shape=(None, None, self.embed_dim), names="(B, N, D)"
-        )
+        name = "GatedLinearAttention"
+        check_tensor(name, "x", x, kind="float", shape=(None, None, self.embed_dim), names="(B, N, D)")
         B, N, _ = x.shape
         H, E = self.num_heads, self.head_dim
-        q, k, v = (proj(x).view(B, N, H, E).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if history is not None:
+            if self.conv is None:
+                raise ValueError(f"{name}: history is for a short convolution, and this layer has none (conv_size=0)")
+            check_tensor(name, "history", history, kind="float", shape=(B, None, self.embed_dim), names="(B, M, D)")
+        q, k, v = self.project(x, history)
         out, state = gated_linear_attention(
             q / math.sqrt(E), k, v, self.log_gate(x), form=form, chunk_size=chunk_size, state=state
         )  # (B, H, N, E), (B, H, E, E)

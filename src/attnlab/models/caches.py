@@ -99,7 +99,8 @@ class LMCache:
 
     Softmax attention: ``key``, ``value`` ``(B, G, t, E)`` for the ``t`` positions so far, growing
     by one per token. Linear attention: ``state`` ``(S (B, H, E, E), z (B, H, E))``, gated
-    attention: ``(S (B, H, E, E),)``; neither grows. ``length`` counts the positions seen.
+    attention: ``(S (B, H, E, E),)``, and with a short convolution of ``K`` taps the last
+    ``K - 1`` inputs ``(B, K - 1, D)`` after it; neither grows. ``length`` counts the positions seen.
 
     A ``KeyValueCache``: ``append`` adds the keys and values of new positions; ``cached_keys`` and
     ``cached_values`` are ``key`` and ``value``, ``cached_length`` the number of positions they

@@ -100,7 +100,8 @@ class LMConfig:
     the offset; a gated layer's decay already tells near from far). ``gate``: the gate of the
     ``"gated"`` layers (``GatedLinearAttention``: ``"scalar"``, Mamba-2's; ``"vector"``, GLA's;
     ``"fixed"``, RetNet's), which ignore ``num_kv_heads`` and ``qk_norm`` (they normalise their
-    outputs instead) and keep no bias.
+    outputs instead) and keep no bias. ``conv_size``: the short convolution of the gated layers
+    (``GatedLinearAttention``'s; 0, the default: none).
 
     The modern block (``attnlab.models.blocks``): ``norm`` is ``"layer"`` (LayerNorm) or
     ``"rms"`` (RMSNorm), in both sub-layers and after the last block. ``feedforward`` is
@@ -144,6 +145,7 @@ class LMConfig:
     qk_norm: bool = False
     rope_scaling: RopeScaling | None = None
     gate: str = "scalar"
+    conv_size: int = 0
     block_size: int = 4
     top_k: int = 2
 
@@ -180,6 +182,9 @@ class LMConfig:
             )
         check_int("LMConfig", "block_size", self.block_size)
         check_int("LMConfig", "top_k", self.top_k)
+        check_int("LMConfig", "conv_size", self.conv_size, low=0)
+        if self.conv_size and "gated" not in kinds:
+            raise ValueError("LMConfig: conv_size is the short convolution of gated layers, and this model has none")
         if "gated" in kinds and not self.causal:
             raise ValueError("LMConfig: gated attention forgets what came before; it needs causal=True")
         check_number("LMConfig", "dropout", self.dropout, low=0, high=1, high_open=True)
@@ -257,7 +262,7 @@ class LMBlock(nn.Module):
         self.norm1, self.norm2 = _norm(c), _norm(c)
         self.attn: nn.Module
         if self.kind == "gated":
-            self.attn = GatedLinearAttention(c.d_model, c.num_heads, gate=c.gate)
+            self.attn = GatedLinearAttention(c.d_model, c.num_heads, gate=c.gate, conv_size=c.conv_size)
         elif self.kind == "latent":
             self.attn = MultiHeadLatentAttention(
                 c.d_model, c.num_heads, latent_dim=c.latent_dim, rope_dim=c.rope_dim, bias=True
@@ -285,8 +290,13 @@ class LMBlock(nn.Module):
                 return self.attn(h)[0]
             if not isinstance(cache, LMCache):
                 raise TypeError(f"LMBlock: gated attention keeps its state in an LMCache, got {describe(cache)}")
-            out, state = self.attn(h, None if cache.state is None else cache.state[0], form="recurrent")
+            S, history = (None, None) if cache.state is None else (cache.state[0], cache.state[1:])
+            history = history[0] if history else None  # the inputs the short convolution reads next
+            out, state = self.attn(h, S, form="recurrent", history=history)
             cache.state, cache.length = (state,), cache.length + h.shape[1]
+            if c.conv_size > 1:  # keep the last K - 1 inputs
+                seen = h if history is None else torch.cat([history, h], dim=1)
+                cache.state += (seen[:, 1 - c.conv_size :],)
             return out
         assert isinstance(self.attn, GroupedQueryAttention)
         q, k, v = self.attn.project(h)  # (B, H, N, E), (B, G, N, E), (B, G, N, E)
@@ -350,7 +360,8 @@ def block_parameters(config: LMConfig, layer: int = 0) -> int:
       ``W_DKV (D C + C)``, ``W_UK, W_UV (C H E)``, ``W_KR (D R + R)``, ``W_UQ (D H E + H E)``,
       ``W_QR (D H R + H R)``, ``W_O (H E D + D)``; gated: ``W_Q, W_K, W_V, W_O (D x D)`` without
       biases, and the gate's: ``D H + 2 H`` for ``"scalar"`` (``w_h``, ``A_log``, ``dt_bias``),
-      ``16 D + 16 D + D`` for ``"vector"`` (a rank-16 projection), none for ``"fixed"``;
+      ``16 D + 16 D + D`` for ``"vector"`` (a rank-16 projection), none for ``"fixed"``; with a
+      short convolution of ``K`` taps, ``3 D K + 3 D`` more;
     - two norms: ``2 * 2 D`` for LayerNorm (a gain and a bias), ``2 * D`` for RMSNorm (a gain);
     - the feed-forward network: ``2 D F + F + D`` for GELU (biased), ``3 D F`` for SwiGLU;
     - QK-norm: ``2 E``, one gain for the queries and one for the keys, shared by the heads (not
@@ -366,6 +377,7 @@ def block_parameters(config: LMConfig, layer: int = 0) -> int:
     D, H, G, E, F = c.d_model, c.num_heads, c.kv_heads, c.d_model // c.num_heads, c.dim_feedforward
     if kind == "gated":
         attention = 4 * D * D + {"scalar": D * H + 2 * H, "vector": 33 * D, "fixed": 0}[c.gate]
+        attention += 3 * D * (c.conv_size + 1) if c.conv_size else 0
     elif kind == "latent":
         C, R = c.latent_dim, c.rope_dim
         attention = (D * C + C) + 2 * C * H * E + (D * R + R) + (D * H * E + H * E) + (D * H * R + H * R)
