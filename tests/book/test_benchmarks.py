@@ -1,8 +1,9 @@
 """The benchmark scripts run, and the Performance appendix shows a complete, current table.
 
 Nothing here is timed: the scripts report times; these tests check that they run, that the
-table they write has every section and a verdict on every row, and that the committed table
-covers every chapter that exists (so it is regenerated when chapters change).
+table they write has every section, that the part the appendix shows carries no targets or
+verdicts (those are for maintainers, after it) while every target has a verdict, and that the
+committed table covers every chapter that exists (so it is regenerated when chapters change).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results.md"
 MARKER = "<!-- the book's Performance appendix includes everything below this line -->"
+END_MARKER = "<!-- the book's Performance appendix includes everything above this line -->"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 SECTIONS = [
     "1. `scaled_dot_product_attention",
@@ -46,18 +48,22 @@ def _sections(text: str, level: str = "## ") -> dict[str, list[list[str]]]:
 
 
 def _check_table(text: str) -> dict[str, list[list[str]]]:
-    assert MARKER in text
-    assert re.search(r"Machine: .+, \d+ cores, \d+ PyTorch threads, torch [\d.]+", text), "machine not described"
-    tables = _sections(text)
+    assert MARKER in text and END_MARKER in text
+    shown, targets = text.split(MARKER, 1)[1].split(END_MARKER, 1)
+    assert re.search(r"Machine: .+, \d+ cores, \d+ PyTorch threads, torch [\d.]+", shown), "machine not described"
+    tables = _sections(shown)
     for prefix in SECTIONS:
         title = next((t for t in tables if t.startswith(prefix)), None)
         assert title is not None, f"section {prefix!r} missing from the benchmark table"
-        timed = [r for r in tables[title] if len(r) > 2 and "MB" not in title]
-        assert timed, f"section {prefix!r} has no rows"
+        assert tables[title], f"section {prefix!r} has no rows"
     for title, rows in tables.items():
         for row in rows:
-            if len(row) > 2:  # the memory table has two columns and no verdict
-                assert row[-1] in VERDICTS, f"row without a verdict in {title!r}: {row}"
+            assert not set(row) & set(VERDICTS), f"a verdict in the appendix's {title!r}: {row}"
+    goals = _sections(targets).get("Targets", [])
+    for number in "12345":  # every section has a target, and every target a verdict
+        assert any(r[0] == number for r in goals), f"section {number} has no target"
+    for row in goals:
+        assert row[-1] in VERDICTS, f"row without a verdict in the targets: {row}"
     return tables
 
 
@@ -114,7 +120,7 @@ def test_the_layer_norm_check_catches_a_failed_seed_and_a_gap():
 def test_performance_page_includes_the_table():
     page = (ROOT / "book" / "performance.md").read_text(encoding="utf-8")
     assert "{include} ../benchmarks/results.md" in page
-    assert f':start-after: "{MARKER}"' in page
+    assert f':start-after: "{MARKER}"' in page and f':end-before: "{END_MARKER}"' in page
     assert "book/performance" in (ROOT / "_toc.yml").read_text(encoding="utf-8")
 
 
@@ -148,11 +154,30 @@ def test_the_committed_causal_row_says_what_it_compares():
     _check_causal_row(RESULTS.read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("bad", ["| 256 | forward | 1.0 | 1.0 | 1.00 [1.00, 1.00] | <= 1.05 | |"])
-def test_the_check_catches_a_row_without_verdict(bad):
-    text = RESULTS.read_text(encoding="utf-8").replace("| 256 | forward | ", bad + "\n| 256 | forward | ", 1)
-    with pytest.raises(AssertionError, match="without a verdict"):
-        _check_table(text)
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda t: t.replace(
+                "| 1 | n = 256, forward | 1.03 | <= 1.05 | meets |", "| 1 | n = 256, forward | 1.03 | <= 1.05 | |"
+            ),
+            "without a verdict",
+        ),
+        (
+            lambda t: t.replace(
+                "| 256 | forward | 2.08 | 2.05 | 1.03 [0.92, 1.05] |",
+                "| 256 | forward | 2.08 | 2.05 | 1.03 [0.92, 1.05] | <= 1.05 | meets |",
+            ),
+            "a verdict in the appendix",
+        ),
+        (lambda t: re.sub(r"^\| 4 \|.*\n", "", t, flags=re.M), "section 4 has no target"),
+    ],
+)
+def test_the_check_catches(change, message):
+    text = RESULTS.read_text(encoding="utf-8")
+    assert change(text) != text
+    with pytest.raises(AssertionError, match=message):
+        _check_table(change(text))
 
 
 # --- the GPU section: benchmarks/results-gpu.md, written by `make test-gpu` on a CUDA machine ----
@@ -186,7 +211,10 @@ def _check_gpu_report(text: str) -> dict[str, list[list[str]]]:
     assert {r[0] for r in errors} == {"float16", "bfloat16"}
     assert all(float(r[1]) <= 1.1 * float(r[2]) for r in errors), errors
     mha = next(rows for t, rows in tables.items() if t.startswith("`MultiHeadAttention`"))
-    assert len(mha) == 3 and all(r[-1] in VERDICTS for r in mha)
+    assert len(mha) == 3 and not any(r[-1] in VERDICTS for r in mha), "a verdict in the appendix's table"
+    assert END_MARKER in text and text.index(END_MARKER) > text.index(MARKER)
+    goals = tables.get("Targets", [])
+    assert len(goals) == 3 and all(r[-1] in VERDICTS for r in goals), "the MHA rows' targets are missing"
     return tables
 
 
@@ -197,6 +225,7 @@ def test_committed_gpu_results_are_complete():
 def test_performance_page_includes_the_gpu_results():
     page = (ROOT / "book" / "performance.md").read_text(encoding="utf-8")
     assert "{include} ../benchmarks/results-gpu.md" in page
+    assert page.count(f':end-before: "{END_MARKER}"') == 2
 
 
 @pytest.mark.parametrize(
