@@ -14,6 +14,7 @@ from attnlab.data import (
     make_batch,
     make_date_pairs,
     make_sequence_pairs,
+    ngram_distance,
 )
 
 
@@ -186,3 +187,23 @@ def test_detect_format_recovers_the_format():
         assert detect_format(format_date(day, name), day.isoformat()) == name
     with pytest.raises(ValueError, match="is not 1977-02-08 in any known format"):
         detect_format("8 2 1977", "1977-02-08")
+
+
+def test_ngram_distance_finds_where_the_same_tokens_last_ended():
+    ids = torch.tensor([1, 2, 1, 2, 1, 2, 3, 1, 2])
+    assert ngram_distance(ids, n=2).tolist() == [-1, -1, -1, 2, 2, 2, -1, -1, 3]
+    assert ngram_distance(ids, n=1).tolist() == [-1, -1, 2, 2, 2, 2, -1, 3, 3]
+    torch.manual_seed(0)
+    rows = torch.randint(0, 3, (2, 3, 40))  # rows kept apart, the shape kept
+    found = ngram_distance(rows, n=3)
+    assert found.shape == rows.shape and found.dtype == torch.long
+    for row, dist in zip(rows.view(-1, 40).tolist(), found.view(-1, 40).tolist(), strict=True):
+        for t, d in enumerate(dist):  # against the definition, by brute force
+            earlier = [s for s in range(2, t) if row[s - 2 : s + 1] == row[t - 2 : t + 1]] if t >= 2 else []
+            assert d == (t - max(earlier) if earlier else -1)
+    with pytest.raises(TypeError, match=r"^ngram_distance: ids must be an integer tensor, got torch.float32$"):
+        ngram_distance(torch.zeros(4))
+    with pytest.raises(ValueError, match=r"^ngram_distance: n must be an int >= 1, got 0$"):
+        ngram_distance(ids, n=0)
+    with pytest.raises(ValueError, match=r"^ngram_distance: ids must have shape \(\.\.\., N\), got a scalar$"):
+        ngram_distance(torch.tensor(3))

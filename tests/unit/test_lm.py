@@ -30,6 +30,7 @@ from attnlab.models import (
 from attnlab.train import (
     evaluate_lm,
     lm_loss_by_position,
+    lm_token_losses,
     mask_tokens,
     seq2seq_loss_by_position,
     train_lm,
@@ -491,6 +492,27 @@ def test_the_loss_by_position_is_the_cross_entropy_of_each_position():
         lm(causal=False), torch.randint(1, V, (400,)), context=8, objective="masked", mask_rate=0.5
     )
     assert masked.shape == (8,) and bool((masked > 0).all())
+
+
+def test_token_losses_keep_every_tokens_loss_with_its_window():
+    model = lm()
+    ids = torch.randint(0, V, (50,))
+    windows, losses = lm_token_losses(model, ids, context=8, batch_size=4)
+    expected = torch.stack([ids[i * 8 : i * 8 + 8] for i in range(6)])  # the inputs of 6 windows
+    torch.testing.assert_close(windows, expected, rtol=0, atol=0)
+    with torch.no_grad():
+        logits = model(expected)
+    targets = torch.stack([ids[i * 8 + 1 : i * 8 + 9] for i in range(6)])
+    torch.testing.assert_close(
+        losses, torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    )
+    torch.testing.assert_close(losses.mean(0), lm_loss_by_position(model, ids, context=8))
+    with pytest.raises(ValueError, match="needs LMConfig\\(causal=True\\)"):
+        lm_token_losses(lm(causal=False), ids, context=8)
+    with pytest.raises(ValueError, match=r"^lm_token_losses: batch_size must be an int >= 1, got 0$"):
+        lm_token_losses(model, ids, context=8, batch_size=0)
+    with pytest.raises(ValueError, match="ids must hold more than context = 64 tokens, got 50"):
+        lm_token_losses(model, ids, context=64)
 
 
 def test_training_lowers_the_loss_and_checks_its_arguments():

@@ -25,7 +25,7 @@ from attnlab.data.scenes import (
     make_scenes,
 )
 from attnlab.data.sequences import make_neighbour_task, make_sequence_pairs
-from attnlab.data.text import TextCorpus, python_corpus
+from attnlab.data.text import TextCorpus, ngram_distance, python_corpus
 from attnlab.data.vocab import Batch, CharVocab, make_batch
 
 __all__ = [
@@ -52,5 +52,6 @@ __all__ = [
     "make_scenes",
     "make_sequence_pairs",
     "mqar_batch",
+    "ngram_distance",
     "python_corpus",
 ]

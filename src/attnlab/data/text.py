@@ -16,9 +16,9 @@ from importlib import resources
 
 import torch
 
-from attnlab.validation import check_choice, check_tensor
+from attnlab.validation import check_choice, check_int, check_tensor
 
-__all__ = ["TextCorpus", "python_corpus"]
+__all__ = ["TextCorpus", "ngram_distance", "python_corpus"]
 
 VALIDATION_MODULE = "calendar"
 _HEADER = "# ==== Lib/"
@@ -76,3 +76,29 @@ def python_corpus() -> TextCorpus:
         modules[header.removesuffix(".py ====")] = body
     chars = tuple(sorted(set(raw)))
     return TextCorpus(modules=modules, validation=(VALIDATION_MODULE,), chars=chars)
+
+
+def ngram_distance(ids: torch.Tensor, n: int = 4) -> torch.Tensor:
+    """How far back the ``n`` tokens ending at each position last occurred, ``(..., N)``.
+
+    Defined in chapter 8, to measure how a language model uses far context: where the ``n``
+    tokens ending at ``t`` also ended at an earlier ``s``, the token after ``s`` is evidence for
+    the token after ``t`` (text repeats itself), ``t - s`` positions back. Entry ``t`` of each
+    row of ``ids (..., N)`` is ``t - s`` for the largest such ``s < t`` in the same row, and -1
+    where there is none (always for ``t < n - 1``). An integer tensor on the CPU, ``torch.long``.
+    """
+    name = "ngram_distance"
+    check_tensor(name, "ids", ids, kind="integer")
+    check_int(name, "n", n)
+    if ids.dim() < 1:
+        raise ValueError(f"{name}: ids must have shape (..., N), got a scalar")
+    rows = ids.reshape(-1, ids.shape[-1]).tolist()
+    out = torch.full((len(rows), ids.shape[-1]), -1, dtype=torch.long)
+    for r, row in enumerate(rows):
+        last: dict[tuple[int, ...], int] = {}  # each n-gram -> where it last ended
+        for t in range(n - 1, len(row)):
+            gram = tuple(row[t - n + 1 : t + 1])
+            if gram in last:
+                out[r, t] = t - last[gram]
+            last[gram] = t
+    return out.view(ids.shape)

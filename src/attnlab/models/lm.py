@@ -290,9 +290,9 @@ class LMBlock(nn.Module):
                 return self.attn(h)[0]
             if not isinstance(cache, LMCache):
                 raise TypeError(f"LMBlock: gated attention keeps its state in an LMCache, got {describe(cache)}")
-            S, history = (None, None) if cache.state is None else (cache.state[0], cache.state[1:])
-            history = history[0] if history else None  # the inputs the short convolution reads next
-            out, state = self.attn(h, S, form="recurrent", history=history)
+            kept = cache.state or ()  # (S,) or (S, the inputs the short convolution reads next)
+            history = kept[1] if len(kept) > 1 else None
+            out, state = self.attn(h, kept[0] if kept else None, form="recurrent", history=history)
             cache.state, cache.length = (state,), cache.length + h.shape[1]
             if c.conv_size > 1:  # keep the last K - 1 inputs
                 seen = h if history is None else torch.cat([history, h], dim=1)

@@ -47,7 +47,7 @@ from attnlab.train.evaluation import (
 )
 from attnlab.train.evaluation import Pairs as Pairs
 from attnlab.train.language_models import LM_OBJECTIVES as LM_OBJECTIVES
-from attnlab.train.language_models import evaluate_lm, lm_loss_by_position, mask_tokens, train_lm
+from attnlab.train.language_models import evaluate_lm, lm_loss_by_position, lm_token_losses, mask_tokens, train_lm
 from attnlab.train.loop import Device as Device
 from attnlab.train.loop import TrainHistory, train_loop
 from attnlab.train.recall import recall_accuracy, train_recall
@@ -71,6 +71,7 @@ __all__ = [
     "evaluate_tagger",
     "gradient_noise",
     "lm_loss_by_position",
+    "lm_token_losses",
     "mask_tokens",
     "recall_accuracy",
     "seq2seq_loss_by_position",

@@ -2,7 +2,7 @@
 
 ``train_lm`` trains a ``TransformerLM`` on windows of a corpus with GPT's objective (the next
 token) or BERT's (``mask_tokens``); ``lm_loss_by_position`` and ``evaluate_lm`` measure the loss
-of consecutive windows, with the same objectives.
+of consecutive windows, with the same objectives; ``lm_token_losses`` keeps every token's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from attnlab.train.loop import Device, TrainHistory, eval_device, train_device, 
 from attnlab.train.schedules import warmup_cosine
 from attnlab.validation import check_choice, check_int, check_number, check_tensor, check_training
 
-__all__ = ["LM_OBJECTIVES", "evaluate_lm", "lm_loss_by_position", "mask_tokens", "train_lm"]
+__all__ = ["LM_OBJECTIVES", "evaluate_lm", "lm_loss_by_position", "lm_token_losses", "mask_tokens", "train_lm"]
 
 
 LM_OBJECTIVES = ("causal", "masked")
@@ -174,3 +174,29 @@ def evaluate_lm(
 ) -> float:
     """The mean of ``lm_loss_by_position`` over positions weighted equally: nats per token (chapter 8)."""
     return float(lm_loss_by_position(model, ids, context=context, objective=objective, **kwargs).mean())
+
+
+def lm_token_losses(
+    model: TransformerLM, ids: torch.Tensor, *, context: int, batch_size: int = 16, device: Device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next-token loss (nats) of every token of consecutive windows (chapter 8).
+
+    ``ids`` is cut into windows as ``lm_loss_by_position`` cuts it; returns ``(windows (n,
+    context), losses (n, context))``, on the CPU: ``losses[i, t]`` is the loss of predicting
+    token ``t + 1`` of window ``i`` from its tokens ``0..t`` (``windows[i, :t + 1]``), so that
+    a loss can be related to what came before it in the window. ``losses.mean(0)`` is
+    ``lm_loss_by_position``'s causal result.
+    """
+    _check_lm("lm_token_losses", model, ids, context, "causal")
+    check_int("lm_token_losses", "batch_size", batch_size)
+    device = eval_device("lm_token_losses", model, device)
+    model.eval()
+    n = (len(ids) - 1) // context
+    windows = torch.stack([ids[i * context : i * context + context + 1] for i in range(n)])  # (n, context + 1)
+    losses = []
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            batch = windows[start : start + batch_size].to(device)
+            logits = model(batch[:, :-1])  # (b, context, V)
+            losses.append(nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").cpu())
+    return windows[:, :-1], torch.cat(losses)
