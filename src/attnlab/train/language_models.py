@@ -131,6 +131,13 @@ def train_lm(
 
 
 @torch.no_grad()
+def _windows(ids: torch.Tensor, context: int) -> torch.Tensor:
+    """Consecutive windows of ``context + 1`` tokens (inputs and their next tokens), ``(n, context + 1)``;
+    the few tokens left at the end are dropped."""
+    n = (len(ids) - 1) // context
+    return torch.stack([ids[i * context : i * context + context + 1] for i in range(n)])
+
+
 def lm_loss_by_position(
     model: TransformerLM,
     ids: torch.Tensor,
@@ -152,12 +159,11 @@ def lm_loss_by_position(
     _check_lm("lm_loss_by_position", model, ids, context, objective)
     device = eval_device("lm_loss_by_position", model, device)
     model.eval()
-    n = (len(ids) - 1) // context
-    windows = torch.stack([ids[i * context : i * context + context + 1] for i in range(n)])  # (n, context + 1)
+    windows = _windows(ids, context)  # (n, context + 1)
     generator = torch.Generator().manual_seed(seed)  # the masks, drawn on the CPU
     total = torch.zeros(context, device=device)
     count = torch.zeros(context, device=device)
-    for start in range(0, n, batch_size):
+    for start in range(0, len(windows), batch_size):
         inputs, targets = _lm_batch(
             windows[start : start + batch_size], objective, model.config.vocab_size, mask_rate, generator
         )
@@ -191,11 +197,10 @@ def lm_token_losses(
     check_int("lm_token_losses", "batch_size", batch_size)
     device = eval_device("lm_token_losses", model, device)
     model.eval()
-    n = (len(ids) - 1) // context
-    windows = torch.stack([ids[i * context : i * context + context + 1] for i in range(n)])  # (n, context + 1)
+    windows = _windows(ids, context)  # (n, context + 1)
     losses = []
     with torch.no_grad():
-        for start in range(0, n, batch_size):
+        for start in range(0, len(windows), batch_size):
             batch = windows[start : start + batch_size].to(device)
             logits = model(batch[:, :-1])  # (b, context, V)
             losses.append(nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").cpu())
