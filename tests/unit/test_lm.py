@@ -482,6 +482,7 @@ def test_the_loss_by_position_is_the_cross_entropy_of_each_position():
     model = lm()
     ids = torch.randint(0, V, (50,))
     by_position = lm_loss_by_position(model, ids, context=8)
+    assert not by_position.requires_grad  # measured without building a graph
     windows = torch.stack([ids[i * 8 : i * 8 + 9] for i in range(6)])  # (50 - 1) // 8 = 6 windows
     with torch.no_grad():
         logits = model(windows[:, :-1])
@@ -498,6 +499,7 @@ def test_token_losses_keep_every_tokens_loss_with_its_window():
     model = lm()
     ids = torch.randint(0, V, (50,))
     windows, losses = lm_token_losses(model, ids, context=8, batch_size=4)
+    assert not losses.requires_grad
     expected = torch.stack([ids[i * 8 : i * 8 + 8] for i in range(6)])  # the inputs of 6 windows
     torch.testing.assert_close(windows, expected, rtol=0, atol=0)
     with torch.no_grad():

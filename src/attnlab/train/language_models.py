@@ -130,7 +130,6 @@ def train_lm(
     )
 
 
-@torch.no_grad()
 def _windows(ids: torch.Tensor, context: int) -> torch.Tensor:
     """Consecutive windows of ``context + 1`` tokens (inputs and their next tokens), ``(n, context + 1)``;
     the few tokens left at the end are dropped."""
@@ -138,6 +137,7 @@ def _windows(ids: torch.Tensor, context: int) -> torch.Tensor:
     return torch.stack([ids[i * context : i * context + context + 1] for i in range(n)])
 
 
+@torch.no_grad()
 def lm_loss_by_position(
     model: TransformerLM,
     ids: torch.Tensor,
