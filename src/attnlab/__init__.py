@@ -6,6 +6,10 @@ its docstring which chapter introduces it.
 
 from typing import TYPE_CHECKING
 
+# First: before anything imports Triton (torch.utils.flop_counter does), attnlab.kernels chooses
+# Triton's interpreter on a machine without a CUDA GPU (see that module).
+import attnlab.kernels  # noqa: F401
+
 # Subpackages and modules a chapter imports by name (attnlab.data, ...): public, so in __all__.
 from attnlab import data, models, train
 from attnlab.attention.masking import causal_mask, from_key_padding_mask, masked_softmax, padding_mask

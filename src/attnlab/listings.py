@@ -21,9 +21,12 @@ helper is the one place where the book reaches inside, and it says so.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 __all__ = ["listing"]
@@ -32,14 +35,31 @@ _START = re.compile(r"^\s*# listing: (?P<name>[\w-]+)\s*$")
 _END = re.compile(r"^\s*# end listing: (?P<name>[\w-]+)\s*$")
 
 
+class _Source:
+    """The source text of a function of a module that cannot be imported here (see ``_resolve``)."""
+
+    def __init__(self, source: str, name: str):
+        self.source, self.__qualname__ = source, name
+
+
 def _resolve(path: str) -> Any:
-    """``"attnlab.train._train_loop"`` or ``"attnlab.models.Decoder.forward"`` -> the object."""
+    """``"attnlab.train._train_loop"`` or ``"attnlab.models.Decoder.forward"`` -> the object.
+
+    A module that needs an optional dependency missing here (``attnlab.kernels.flash_triton``
+    imports Triton, which has no build for macOS) is read, not imported: its top-level function
+    or class of that name comes back as its source text, so that the listing still prints.
+    """
     if not path.startswith("attnlab."):
         raise ValueError(f"listing: a dotted path must start with 'attnlab.', got {path!r}")
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+        module = ".".join(parts[:cut])
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not exc.name.startswith("attnlab") and cut < len(parts):
+                return _read_definition(module, parts[cut], path)
+            continue
         except ImportError:
             continue
         try:
@@ -49,6 +69,23 @@ def _resolve(path: str) -> Any:
             raise ValueError(f"listing: {path!r} names nothing in the package") from None
         return obj
     raise ValueError(f"listing: {path!r} names nothing in the package")  # pragma: no cover
+
+
+def _read_definition(module: str, name: str, path: str) -> _Source:
+    """The source of the top-level ``def`` or ``class`` ``name`` of ``module``, read from its file."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:  # pragma: no cover
+        raise ValueError(f"listing: {path!r} names nothing in the package")
+    text = Path(spec.origin).read_text(encoding="utf-8")
+    body = ast.parse(text).body
+    lines = text.splitlines(keepends=True)
+    starts = [min([n.lineno, *(d.lineno for d in getattr(n, "decorator_list", []))]) for n in body]
+    for i, node in enumerate(body):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            # up to the next statement of the module: a closing marker comment is after the body
+            end = starts[i + 1] - 1 if i + 1 < len(body) else len(lines)
+            return _Source("".join(lines[starts[i] - 1 : end]), name)
+    raise ValueError(f"listing: {path!r} names nothing in the package")
 
 
 def regions(source: str) -> dict[str, str]:
@@ -97,8 +134,12 @@ def listing(obj: Any, part: str | None = None) -> str:
         obj = _resolve(obj)
     if part is not None and not isinstance(part, str):
         raise TypeError(f"listing: part must be a region name (str) or None, got {type(part).__name__}")
+    # A kernel compiled by Triton (@triton.jit) keeps the Python function it was given as .fn.
+    fn = getattr(obj, "fn", None)
+    if inspect.isfunction(fn):
+        obj = fn
     try:
-        source = inspect.getsource(obj)
+        source = obj.source if isinstance(obj, _Source) else inspect.getsource(obj)
     except (TypeError, OSError) as exc:
         raise TypeError(
             f"listing: obj must be a function, method or class with Python source, got {type(obj).__name__} ({exc})"

@@ -20,6 +20,7 @@ LAYERS = {
     "listings": 0,
     "prose": 0,
     "attention": 1,
+    "kernels": 1,
     "data": 1,
     "complexity": 1,
     "inference": 2,
@@ -76,6 +77,21 @@ def test_no_module_imports_from_a_higher_layer():
     for path in sorted(PACKAGE.rglob("*.py")):
         found += _upward_imports(path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
     assert not found, f"imports that run up the layers: {found}"
+
+
+def test_the_kernels_import_nothing_of_the_package_but_validation():
+    # A fused kernel is read beside its algorithm; it leans on no other part of the package.
+    found = []
+    for path in sorted((PACKAGE / "kernels").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [
+                f"{path.name} imports {n}"
+                for n in names
+                if n.startswith("attnlab") and not n.startswith(("attnlab.validation", "attnlab.kernels"))
+            ]
+    assert not found, found
 
 
 def test_the_layer_check_finds_what_it_looks_for():

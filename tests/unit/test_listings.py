@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import io
 import pkgutil
+import sys
 from pathlib import Path
 
 import nbformat
@@ -126,3 +128,21 @@ def test_a_whole_object_is_shown_without_its_markers():
     assert whole.startswith("def masked_softmax(") and "# listing" not in whole
     assert listing(attnlab.masked_softmax, "mask") in whole
     assert listing("attnlab.train._train_loop", "step").lstrip().startswith("loss = loss_of(")
+
+
+def test_a_listing_prints_where_its_module_lacks_an_optional_dependency(monkeypatch):
+    # Triton has no build for macOS: the kernel's listing is then read from the file, not imported.
+    path = "attnlab.kernels.flash_triton.flash_forward_kernel"
+    if importlib.util.find_spec("triton") is not None:
+        expected = listing(path, "forward")
+        assert expected.lstrip().startswith("start = tl.program_id(0)")
+    else:  # pragma: no cover
+        expected = None
+    monkeypatch.setitem(sys.modules, "triton", None)  # import triton now raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "attnlab.kernels.flash_triton", raising=False)
+    read = listing(path, "forward")
+    assert "tl.dot(q, tl.trans(k)" in read and "# listing:" not in read
+    if expected is not None:
+        assert read == expected
+    with pytest.raises(ValueError, match="names nothing in the package"):
+        listing("attnlab.kernels.flash_triton.no_such_kernel")

@@ -62,6 +62,7 @@ from torch.utils._pytree import tree_leaves
 
 import attnlab.attention
 import attnlab.inference
+import attnlab.kernels
 import attnlab.models
 from attnlab.attention import (
     BACKENDS,
@@ -143,6 +144,7 @@ from attnlab.inference import (
     split_kv_attention,
     verify_draft,
 )
+from attnlab.kernels import flash_attention, triton_available
 from attnlab.models import (
     POSITIONS,
     AttentionDecoder,
@@ -644,7 +646,9 @@ MASKS = {
     "causal": lambda: {"is_causal": True},
 }
 
-for backend in BACKENDS:
+# The Triton kernel (backend "triton") takes no dropout and no mask but the causal one and a
+# key-padding mask: its cases are its own, below.
+for backend in ("naive", "fast"):
     for name, kwargs in MASKS.items():
 
         @case(f"scaled_dot_product_attention-{backend}-{name}", scaled_dot_product_attention)
@@ -656,6 +660,18 @@ for backend in BACKENDS:
     def _sdpa_dropout(backend=backend):
         q, k, v = qkv()
         return scaled_dot_product_attention(q, k, v, mask(L, S), dropout_p=0.2, scale=0.5, backend=backend), [q, k, v]
+
+
+for name, kwargs in {
+    "no-mask": lambda: {},
+    "key-padding": lambda: {"attn_mask": mask(2, 1, 1, S)},
+    "causal": lambda: {"is_causal": True},
+}.items():
+
+    @case(f"scaled_dot_product_attention-triton-{name}", scaled_dot_product_attention, flash_attention)
+    def _sdpa_triton(kwargs=kwargs):
+        q, k, v = qkv()
+        return scaled_dot_product_attention(q, k, v, backend="triton", **kwargs()), [q, k, v]
 
 
 for name, kwargs in MASKS.items():
@@ -763,7 +779,7 @@ MHA_CASES = {
     ),
 }
 
-for backend in BACKENDS:
+for backend in ("naive", "fast"):
     for name, make_args in MHA_CASES.items():
         for need_weights in (False, True):
 
@@ -1143,6 +1159,7 @@ EXCLUDED = {
     Score: "a base class: _score() is each score's",
     speculative_decode: "reads how many draft tokens were accepted, once a round, on the host: the "
     "sequence's length depends on it; its rule, verify_draft, runs here",
+    triton_available: "takes no tensor: it says whether Triton can be imported",
 }
 
 
@@ -1168,10 +1185,11 @@ def test_every_public_model_has_a_case():
 
 
 def test_every_public_attention_function_has_a_case():
-    """Every function and nn.Module of attnlab.attention needs a case here, or a reason in EXCLUDED."""
+    """Every function and nn.Module of attnlab.attention and attnlab.kernels needs a case here, or a
+    reason in EXCLUDED."""
     covered = _covered()
     missing = []
-    for module in _public_modules(attnlab.attention):
+    for module in [*_public_modules(attnlab.attention), attnlab.kernels]:
         for name in module.__all__:
             obj = getattr(module, name)
             computes = inspect.isfunction(obj) or (inspect.isclass(obj) and issubclass(obj, nn.Module))

@@ -2,11 +2,14 @@
 
 Introduced in chapter 3. ``attention`` is the definition of the lecture notes written out:
 scores, normalisation, weighted sum, with the weights returned. ``scaled_dot_product_attention``
-has the signature of ``torch.nn.functional.scaled_dot_product_attention`` and two backends:
+has the signature of ``torch.nn.functional.scaled_dot_product_attention`` and three backends:
 
 - ``"naive"`` mirrors the reference implementation in PyTorch's documentation line by line
   (and keeps the full ``(..., L, S)`` weight matrix in memory);
-- ``"fast"`` calls PyTorch's fused kernel.
+- ``"fast"`` calls PyTorch's fused kernel;
+- ``"triton"`` calls the book's own FlashAttention-2 kernel in Triton (chapter 7;
+  ``attnlab.kernels.flash_attention``): causal or key-padding masks only, no dropout. It is
+  chosen only when asked for.
 
 Both follow the book's conventions: boolean masks are ``True`` where a key takes part, float
 masks are added, and a query whose keys are all masked gets a zero output (never NaN).
@@ -24,11 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.attention.masking import masked_softmax
+from attnlab.kernels import flash_attention
 from attnlab.validation import check_attn_mask, check_choice, check_number, check_qkv, check_tensor
 
 __all__ = ["BACKENDS", "attention", "scaled_dot_product_attention"]
 
-BACKENDS = ("naive", "fast")
+BACKENDS = ("naive", "fast", "triton")
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -85,6 +89,22 @@ def _naive(query, key, value, attn_mask, dropout_p, is_causal, scale):
     # end listing: kernel
 
 
+def _triton(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """The Triton kernel, given what it takes: a causal mask or a key-padding mask, no dropout."""
+    name = "scaled_dot_product_attention"
+    if dropout_p > 0:
+        raise ValueError(f"{name}: backend='triton' has no dropout; dropout_p must be 0, got {dropout_p}")
+    keep = None
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool or (attn_mask.dim() >= 2 and attn_mask.shape[-2] != 1):
+            raise ValueError(
+                f"{name}: backend='triton' takes a key-padding mask only: boolean of shape (..., 1, S), "
+                f"got {attn_mask.dtype} of shape {tuple(attn_mask.shape)} (use is_causal=True for the causal mask)"
+            )
+        keep = attn_mask[..., 0, :] if attn_mask.dim() >= 2 else attn_mask
+    return flash_attention(query, key, value, keep, causal=is_causal, scale=scale)
+
+
 def _fully_masked_rows(attn_mask: torch.Tensor) -> torch.Tensor:
     """``(..., L, 1)``: True where a query has no key left. No branch on the values (no host read)."""
     if attn_mask.dtype == torch.bool:
@@ -106,9 +126,11 @@ def scaled_dot_product_attention(
     """``softmax(query @ key^T * scale + mask) @ value``, with PyTorch's signature.
 
     Defined in chapter 3. ``backend="naive"`` mirrors the formula (and PyTorch's reference code)
-    line by line; ``backend="fast"`` calls ``torch.nn.functional.scaled_dot_product_attention``.
-    They are tested equal. ``is_causal=True`` uses the top-left aligned causal mask, as PyTorch
-    does, and cannot be combined with ``attn_mask`` (PyTorch refuses it too).
+    line by line; ``backend="fast"`` calls ``torch.nn.functional.scaled_dot_product_attention``;
+    ``backend="triton"`` runs the book's Triton kernel of chapter 7, which takes a causal mask or
+    a boolean key-padding mask of shape ``(..., 1, S)`` and no dropout. They are tested equal.
+    ``is_causal=True`` uses the top-left aligned causal mask, as PyTorch does, and cannot be
+    combined with ``attn_mask`` (PyTorch refuses it too).
 
     Args:
         query, key, value: ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``; same dtype.
@@ -117,7 +139,7 @@ def scaled_dot_product_attention(
         dropout_p: dropout probability on the weights, in ``[0, 1)``.
         is_causal: apply the causal mask.
         scale: multiplies the scores; ``1 / sqrt(E)`` when ``None``.
-        backend: ``"naive"`` or ``"fast"``.
+        backend: ``"naive"``, ``"fast"`` or ``"triton"``.
 
     Returns:
         ``(..., L, Ev)``. Queries whose keys are all masked get zeros.
@@ -130,6 +152,8 @@ def scaled_dot_product_attention(
     check_number(name, "scale", scale, none=True)
     if backend == "naive":
         return _naive(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    if backend == "triton":
+        return _triton(query, key, value, attn_mask, dropout_p, is_causal, scale)
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
