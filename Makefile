@@ -12,6 +12,7 @@
 #   make bench     benchmarks against PyTorch, written to benchmarks/results.md
 #   make screenshots  a full-page screenshot of every page of the site into _build/screenshots/
 #   make test-gpu  the whole verification on a CUDA machine (its own Python and torch; see CONTRIBUTING.md)
+#   make bench-gpu the GPU benchmarks alone (the Triton kernel among them), on a CUDA machine
 #   make gpu-wheels  download, here, the wheels test-gpu needs on a CUDA machine without a network
 
 PYTHON ?= python3.11
@@ -27,7 +28,7 @@ export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: lock all install book book-student vendor test lint unit chapters site grading times screenshots test-gpu \
-	gpu-wheels execute browser clean distclean bench assignments
+	gpu-wheels execute browser clean distclean bench bench-gpu assignments
 
 all: book
 
@@ -150,6 +151,12 @@ screenshots: browser book
 # benchmarks. Uses the machine's own python3 and torch (PYTHON=... to choose), not .venv.
 test-gpu:
 	bash scripts/test_gpu.sh
+
+# The GPU benchmarks alone (benchmarks/bench_gpu.py: the blockwise loop, MultiHeadAttention and the
+# Triton kernel, each against PyTorch), with the machine's own python3 and torch, as test-gpu.
+bench-gpu:
+	mkdir -p _build/gpu
+	cd benchmarks && PYTHONPATH=../src $${PYTHON:-python3} bench_gpu.py --out ../_build/gpu/results-gpu.md
 
 gpu-wheels: $(STAMP)
 	$(PY) scripts/fetch_gpu_wheels.py

@@ -3,7 +3,8 @@
 B = 1, H = 8, E = 64, n = 1024 .. 16384, float16 and bfloat16, forward and forward+backward:
 the ratio blockwise / torch's fused kernel restricted to the flash backend, timed interleaved
 in the same run, and each kernel's largest error against a float64 reference (n = 1024). Then
-`MultiHeadAttention` against `nn.MultiheadAttention` (bench_mha.py) on the same GPU.
+`MultiHeadAttention` against `nn.MultiheadAttention` (bench_mha.py) and the book's Triton kernel
+against the flash kernel (bench_triton.py) on the same GPU.
 Run by ``scripts/test_gpu.sh`` (``make test-gpu``); ``python benchmarks/bench_gpu.py [--quick]
 [--times FILE] [--out FILE]``. Writes ``results/gpu-cuda.json`` and prints the Markdown of the
 Performance appendix's GPU section (``benchmarks/results-gpu.md`` is that of the last GPU run).
@@ -18,6 +19,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
+import bench_triton
 import torch
 import torch.nn.functional as F
 from _common import interleaved, machine, save
@@ -102,12 +104,14 @@ def report(
     measured: dict | None = None,
     when: str | None = None,
     notes: str = "",
+    triton: dict | None = None,
 ) -> str:
     """The Markdown of the Performance appendix's GPU section: the machine, then each table.
 
     ``measured`` is the machine the rows come from (``machine()`` of that run, as saved in
     ``results/gpu-cuda.json``; this machine's by default), ``when`` its date, ``notes`` any
-    paragraph to print under the header (where the figures of one section came from another run).
+    paragraph to print under the header (where the figures of one section came from another run),
+    ``triton`` what ``bench_triton.main`` measured (its tables and targets are added when given).
     """
     m = measured or machine()
     text = [
@@ -159,10 +163,14 @@ def report(
     text += [
         f"| {r['n']} | {r['compare']} | {r['ours_ms']:.2f} | {r['theirs_ms']:.2f} | {_ratio(r)} |" for r in mha_rows
     ]
+    if triton:
+        text += ["", bench_triton.render(triton).rstrip("\n")]
     text += ["", END_MARKER, "", "### Targets", "", "| row | measured | target | |", "| --- | --- | --- | --- |"]
     text += [
         f"| n = {r['n']}, {r['compare']} | {r['ratio']:.2f} | <= {r['target']} | {r['verdict']} |" for r in mha_rows
     ]
+    if triton:
+        text += bench_triton.targets(triton)
     return "\n".join(text) + "\n"
 
 
@@ -182,7 +190,8 @@ if __name__ == "__main__":
     if found:
         import bench_mha
 
-        text = report(found, bench_mha.main(args.quick), args.times.read_text() if args.times else "")
+        times = args.times.read_text() if args.times else ""
+        text = report(found, bench_mha.main(args.quick), times, triton=bench_triton.main(args.quick))
         print(text)
         if args.out:
             args.out.write_text(text)

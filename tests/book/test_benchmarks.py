@@ -292,3 +292,53 @@ def test_the_junit_summary_adds_up_each_folder(tmp_path):
     assert "| the tests outside the chapters (each run's time in proportion) | | 19 |" in summarise(
         str(site), str(timed), folders=True
     )  # 3.2 + 46 * 7.5 / 22.5 = 18.5
+
+
+def _triton_found(share: float = 1.0, memory_growth: float = 1.0) -> dict:
+    """What bench_triton.main returns, made up: every row at ``share`` of flash's throughput."""
+    rows = [
+        {"n": n, "E": e, "dtype": d, "causal": c, "mode": m, "ours_tflops": 300 * share, "theirs_tflops": 300.0,
+         "share": share, "share_min": share * 0.95, "share_max": share * 1.05}
+        for d in ("float16", "bfloat16") for e in (64, 128) for c in (False, True)
+        for m in ("forward", "forward+backward") for n in (1024, 4096)
+    ]  # fmt: skip
+    memory = [{"n": 1024, "ours": 2**20, "theirs": 2**20}, {"n": 4096, "ours": 4 * memory_growth * 2**20, "theirs": 0}]
+    errors = [{"dtype": "float16", "ours": 1e-3, "theirs": 1e-3}, {"dtype": "bfloat16", "ours": 8e-3, "theirs": 8e-3}]
+    return {"rows": rows, "memory": memory, "errors": errors}
+
+
+def test_the_triton_flop_count_is_the_papers():
+    import bench_triton
+
+    # 4 n^2 E per head forward; causal halves it; forward+backward is 3.5 times the forward
+    assert bench_triton.flops(1024, 64, heads=1, causal=False, backward=False) == 4 * 1024**2 * 64
+    assert bench_triton.flops(1024, 64, heads=2, causal=True, backward=True) == 3.5 * 4 * 1024**2 * 64
+
+
+def test_the_triton_tables_go_before_the_end_marker_and_their_targets_after():
+    import bench_gpu
+
+    found = _triton_found()
+    mha = [{"n": 64, "compare": "c", "ours_ms": 1.0, "theirs_ms": 1.0, "ratio": 1.0, "ratio_min": 1.0,
+            "ratio_max": 1.0, "target": 1.2, "verdict": "meets"}]  # fmt: skip
+    measured = {"device": "NVIDIA H100", "torch": "2.13.0+cu128", "cpu": "x", "cores": 16}
+    text = bench_gpu.report([], mha, measured=measured, when="2026-12-07", triton=found)
+    shown, after = text.split(END_MARKER)
+    assert "### The book's Triton kernel / PyTorch's flash kernel" in shown and "| float16 | 128 | yes |" in shown
+    assert "Triton kernel, forward, worst share | 1.00 | >= 0.9 | meets |" in after
+    assert not any(v in shown for v in ("meets", "MISSES"))
+    assert "Triton kernel" not in bench_gpu.report([], mha, measured=measured, when="2026-12-07")
+
+
+@pytest.mark.parametrize(
+    ("found", "missed"),
+    [
+        (_triton_found(share=0.8), "forward, worst share | 0.80 | >= 0.9 | MISSES"),
+        (_triton_found(share=0.7), "forward+backward, worst share | 0.70 | >= 0.75 | MISSES"),
+        (_triton_found(memory_growth=1.5), "| 1.50 | <= 1.1 (linear) | MISSES"),
+    ],
+)
+def test_the_triton_targets_say_when_they_are_missed(found, missed):
+    import bench_triton
+
+    assert any(missed in line for line in bench_triton.targets(found))
