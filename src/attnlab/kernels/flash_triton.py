@@ -55,41 +55,50 @@ def flash_forward_kernel(
     start = tl.program_id(0) * BLOCK_L  # this program's first query
     n = tl.program_id(1)  # which (batch, head)
     rows = start + tl.arange(0, BLOCK_L)  # (BLOCK_L,) query positions
-    e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)  # feature indices, padded
+    e = tl.arange(0, BLOCK_E)  # the features of q and k, padded
+    ev = tl.arange(0, BLOCK_EV)  # the features of v, padded
+    q_at = Q + (n * L + rows[:, None]) * E + e[None, :]
     q_in = (rows[:, None] < L) & (e[None, :] < E)
-    q = tl.load(Q + (n * L + rows[:, None]) * E + e[None, :], mask=q_in, other=0.0)
-    m = tl.full([BLOCK_L], float("-inf"), tl.float32)  # running maximum of the scores
-    l = tl.zeros([BLOCK_L], tl.float32)  # running sum of exp(score - m)
-    acc = tl.zeros([BLOCK_L, BLOCK_EV], tl.float32)  # running sum of exp(score - m) * value
-    if CAUSAL:
-        end = tl.minimum(S, start + BLOCK_L)  # the causal skip: no key after the last query
+    q = tl.load(q_at, mask=q_in, other=0.0)  # (BLOCK_L, BLOCK_E)
+    m = tl.full([BLOCK_L], float("-inf"), tl.float32)  # running maximum
+    l = tl.zeros([BLOCK_L], tl.float32)  # running sum of exp(s - m)
+    acc = tl.zeros([BLOCK_L, BLOCK_EV], tl.float32)  # and of exp(s - m) v
+    if CAUSAL:  # the causal skip: no key after the block's last query
+        end = tl.minimum(S, start + BLOCK_L)
     else:
         end = S
     for j in range(0, end, BLOCK_S):
         keys = j + tl.arange(0, BLOCK_S)  # (BLOCK_S,) this step's keys
+        k_at = K + (n * S + keys[:, None]) * E + e[None, :]
         k_in = (keys[:, None] < S) & (e[None, :] < E)
-        k = tl.load(K + (n * S + keys[:, None]) * E + e[None, :], mask=k_in, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # (BLOCK_L, BLOCK_S), float32
-        keep = keys[None, :] < S
-        if HAS_KEEP:
-            keep = keep & (tl.load(KEEP + n * S + keys, mask=keys < S, other=0) != 0)[None, :]
-        if CAUSAL:
+        k = tl.load(k_at, mask=k_in, other=0.0)
+        # (BLOCK_L, BLOCK_S) scores, in float32
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        keep = keys[None, :] < S  # keys past the end take no part
+        if HAS_KEEP:  # nor padded keys
+            kept = tl.load(KEEP + n * S + keys, mask=keys < S, other=0)
+            keep = keep & (kept != 0)[None, :]
+        if CAUSAL:  # nor keys after the query
             keep = keep & (keys[None, :] <= rows[:, None])
         s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a query that has seen no key yet
-        p = tl.exp(s - m_safe[:, None])  # this block's weights, not yet normalised
-        alpha = tl.exp(m - m_safe)  # rescales what was summed under the old maximum
+        # a query that has seen no key yet: subtract 0, not -inf
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])  # the block's weights, unnormalised
+        alpha = tl.exp(m - m_safe)  # rescales the sums of the old maximum
         l = l * alpha + tl.sum(p, 1)
+        v_at = V + (n * S + keys[:, None]) * EV + ev[None, :]
         v_in = (keys[:, None] < S) & (ev[None, :] < EV)
-        v = tl.load(V + (n * S + keys[:, None]) * EV + ev[None, :], mask=v_in, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        v = tl.load(v_at, mask=v_in, other=0.0)
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        acc = acc * alpha[:, None] + pv
         m = m_new
-    l_safe = tl.where(l == 0.0, 1.0, l)  # a query with no key: l = 0 and acc = 0
-    o_in = (rows[:, None] < L) & (ev[None, :] < EV)
-    out = (acc / l_safe[:, None]).to(O.dtype.element_ty)  # rounded once, at the end
-    tl.store(O + (n * L + rows[:, None]) * EV + ev[None, :], out, mask=o_in)
-    lse = tl.where(l == 0.0, float("inf"), m + tl.log(l_safe))  # +inf: exp(s - lse) = 0 later
+    l_safe = tl.where(l == 0.0, 1.0, l)  # a query with no key: l = acc = 0
+    out = (acc / l_safe[:, None]).to(O.dtype.element_ty)  # rounded once
+    o_at = O + (n * L + rows[:, None]) * EV + ev[None, :]
+    tl.store(o_at, out, mask=(rows[:, None] < L) & (ev[None, :] < EV))
+    # +inf where no key: exp(s - lse) is then 0 in the backward pass
+    lse = tl.where(l == 0.0, float("inf"), m + tl.log(l_safe))
     tl.store(LSE + n * L + rows, lse, mask=rows < L)
     # end listing: forward
 
