@@ -67,7 +67,7 @@ def build_wheel(out: Path) -> Path:
     if source.exists():
         shutil.rmtree(source)
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     dist = out / "dist"
     shutil.rmtree(dist, ignore_errors=True)

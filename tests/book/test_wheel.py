@@ -53,6 +53,9 @@ def test_wheel_holds_the_package_and_nothing_else(wheel):
     ):
         assert needed in names, f"{needed} is missing from the wheel"
     assert not [n for n in names if n.startswith(("tests/", "chapters/", "book/"))]
+    # the licences travel with the package: its own, and the corpus's beside the corpus
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "LICENSE is missing from the wheel"
+    assert "attnlab/data/corpus/LICENSE.txt" in names
 
 
 def test_a_chapter_runs_against_the_installed_wheel(wheel, tmp_path):

@@ -184,6 +184,18 @@ def test_printed_output_reads_as_one_block(page_path):
     assert not split, f"{page_path}: printed output split into several blocks: {split}"
 
 
+@pytest.mark.parametrize("page_path", [p for p in PAGES if p != "index.html"])  # index.html: a redirect
+def test_every_page_names_the_holder_and_the_licences(page_path):
+    soup = BeautifulSoup((SITE / page_path).read_text(encoding="utf-8"), "html.parser")
+    footer = soup.select_one("footer.bd-footer-content")  # the article's footer (the theme has others)
+    assert footer is not None, f"{page_path}: no article footer"
+    text = " ".join(footer.get_text(" ").split())
+    assert "2026 The attnlab authors" in text, f"{page_path}: the footer names no copyright holder: {text!r}"
+    links = {a["href"]: a.get_text(strip=True) for a in footer.find_all("a", href=True)}
+    assert links.get("https://creativecommons.org/licenses/by/4.0/") == "CC BY 4.0", f"{page_path}: {links}"
+    assert links.get(f"{REPO_URL}/blob/main/LICENSE") == "MIT", f"{page_path}: {links}"
+
+
 def test_every_chapter_has_a_page():
     chapters = sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb"))
     assert chapters, "no chapters found"
