@@ -135,7 +135,7 @@ def test_a_listing_prints_where_its_module_lacks_an_optional_dependency(monkeypa
     path = "attnlab.kernels.flash_triton.flash_forward_kernel"
     if importlib.util.find_spec("triton") is not None:
         expected = listing(path, "forward")
-        assert expected.lstrip().startswith("start = tl.program_id(0)")
+        assert expected.lstrip().startswith("n = tl.program_id(0)")
     else:  # pragma: no cover
         expected = None
     monkeypatch.setitem(sys.modules, "triton", None)  # import triton now raises ModuleNotFoundError

@@ -9,7 +9,7 @@ of PyTorch on Linux bring it); without it, ``triton_available()`` is False and
 itself, ``attnlab.kernels.flash_triton``, is imported only when Triton is.
 
 Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``, key-padding mask
-``(..., S)`` (True = the key takes part), output ``(..., L, Ev)``; ``E`` and ``Ev`` from 1 to 256.
+``(..., S)`` (True = the key takes part), output ``(..., L, Ev)``; ``E`` and ``Ev`` from 1 to 128.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["flash_attention", "triton_available"]
 
 #: dtypes the kernel computes in (float32 accumulation for the half-precision ones)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = 128  # the tiles are sized for head sizes up to 128
 
 
 def triton_available() -> bool:
@@ -78,7 +78,8 @@ def flash_attention(
             ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``.
         scale: multiplies the scores; ``1 / sqrt(E)`` when ``None``.
         block_l, block_s: the tile: queries per program and keys per step of the loop, powers
-            of two from 16 (default 128 and 64 on CUDA, 16 and 16 on the CPU).
+            of two from 16 (default: by dtype, head size and GPU, so that the kernels' shared
+            memory fits; 16 and 16 on the CPU).
 
     Returns:
         ``(..., L, Ev)``, in the inputs' dtype.

@@ -2,29 +2,35 @@
 
 Introduced in chapter 7, beside the algorithm of Dao (2023), "FlashAttention-2". Three kernels:
 
-- ``flash_forward``: one program per block of ``BLOCK_L`` queries of one ``(batch, head)``. It
+- ``flash_forward``: one program per ``(batch, head)`` and block of ``BLOCK_L`` queries. It
   keeps the block's queries, a running maximum ``m``, a running sum ``l`` and an accumulator
   ``acc`` on chip, streams the keys and values through in blocks of ``BLOCK_S``, and writes the
   output and one log-sum-exp ``m + log l`` per query. With ``CAUSAL`` the loop stops at the
   diagonal: blocks of keys after the block's last query are never read.
 - ``flash_backward_kv``: one program per block of keys. It recomputes each block of weights from
   the saved log-sum-exp (``P = exp(S - lse)``, no softmax again) and sums ``dV = P^T dO`` and
-  ``dK = dS^T Q`` over the blocks of queries, where ``dS = P * (dP - delta)``, ``dP = dO V^T``
-  and ``delta = rowsum(dO * O)``.
-- ``flash_backward_q``: one program per block of queries, summing ``dQ = dS K``. Two kernels
-  instead of the paper's atomic adds into ``dQ``: each program writes only its own rows.
+  ``dK = scale * dS^T Q`` over the blocks of queries, where ``dS = P * (dP - delta)``,
+  ``dP = dO V^T`` and ``delta = rowsum(dO * O)`` (which equals ``rowsum(P * dP)``, as O = P V).
+- ``flash_backward_q``: one program per block of queries, summing ``dQ = scale * dS K``. Two
+  kernels instead of the paper's atomic adds into ``dQ``: each program writes only its own rows,
+  at the price of computing ``Q K^T``, ``P`` and ``dO V^T`` twice (seven matrix products per
+  pair of blocks instead of five).
 
 Every block of scores, ``m``, ``l``, ``acc`` and the gradient sums are float32; the inputs'
 blocks go to the matrix units in their own dtype (float16, bfloat16 or float32), and the output
 is rounded once. Masks: ``keep (N, S)`` (True = the key takes part) and the top-left causal mask,
 as ``torch.nn.functional.scaled_dot_product_attention`` aligns it; a query with no key gets a
-zero output and zero gradients.
+zero output and zero gradients. Offsets are 64-bit (``n`` is cast), so tensors of more than
+2^31 elements are addressed correctly; the ``(batch * heads)`` axis is the grid's first, which
+has no 65,535 limit. float32 products use ``input_precision="ieee"`` (no TF32), as PyTorch's
+float32 attention does: exact, and slow on a GPU.
 
 With ``TRITON_INTERPRET=1`` set before Triton is imported, the same source runs in Triton's
-interpreter on CPU tensors, which emulates the program grid with NumPy: exact, slow, and the way
-the book's tests and the assignment check the kernel without a GPU; otherwise it is compiled for
-CUDA. Only ``attnlab.kernels`` imports this module, and only when Triton is installed; it sets
-``TRITON_INTERPRET=1`` first on a machine without a CUDA GPU.
+interpreter on CPU tensors: one program at a time, the same arithmetic in NumPy. It is slow,
+and it is how the book's tests and assignment 6 check the kernel without a GPU; otherwise the
+kernels compile for CUDA. ``import attnlab`` sets ``TRITON_INTERPRET=1`` on a machine without
+a CUDA GPU (``attnlab.kernels``); only ``attnlab.kernels`` imports this module, and only when
+Triton is installed.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-__all__ = ["INTERPRETED", "FlashAttentionFunction", "flash_backward", "flash_forward"]
+__all__ = ["INTERPRETED", "FlashAttentionFunction", "flash_backward", "flash_forward", "tiles"]
 
 #: True when Triton was imported with ``TRITON_INTERPRET=1``: every kernel, Triton's own
 #: ``tl.zeros`` and ``tl.max`` included, then runs in the interpreter (on CPU tensors); else they
@@ -52,8 +58,8 @@ def flash_forward_kernel(
     BLOCK_L: tl.constexpr, BLOCK_S: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
 ):  # fmt: skip
     # listing: forward
-    start = tl.program_id(0) * BLOCK_L  # this program's first query
-    n = tl.program_id(1)  # which (batch, head)
+    n = tl.program_id(0).to(tl.int64)  # which (batch, head); 64-bit offsets
+    start = tl.program_id(1) * BLOCK_L  # this program's first query
     rows = start + tl.arange(0, BLOCK_L)  # (BLOCK_L,) query positions
     e = tl.arange(0, BLOCK_E)  # the features of q and k, padded
     ev = tl.arange(0, BLOCK_EV)  # the features of v, padded
@@ -111,8 +117,8 @@ def flash_backward_kv_kernel(
     BLOCK_L: tl.constexpr, BLOCK_S: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
 ):  # fmt: skip
     # listing: backward-kv
-    start = tl.program_id(0) * BLOCK_S  # this program's first key
-    n = tl.program_id(1)
+    n = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * BLOCK_S  # this program's first key
     keys = start + tl.arange(0, BLOCK_S)
     e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
     k_in = (keys[:, None] < S) & (e[None, :] < E)
@@ -159,8 +165,8 @@ def flash_backward_q_kernel(
     BLOCK_L: tl.constexpr, BLOCK_S: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
 ):  # fmt: skip
     # listing: backward-q
-    start = tl.program_id(0) * BLOCK_L
-    n = tl.program_id(1)
+    n = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * BLOCK_L
     rows = start + tl.arange(0, BLOCK_L)
     e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
     q_in = (rows[:, None] < L) & (e[None, :] < E)
@@ -194,29 +200,50 @@ def flash_backward_q_kernel(
     # end listing: backward-q
 
 
-def _sizes(q: torch.Tensor, v: torch.Tensor, block_l: int | None, block_s: int | None) -> dict[str, Any]:
-    """The constexpr sizes of a launch: feature sizes padded to a power of two, the blocks."""
+def tiles(
+    dtype: torch.dtype, head_dim: int, backward: bool, capability: tuple[int, int] | None
+) -> tuple[int, int, int, int]:
+    """Default ``(BLOCK_L, BLOCK_S, num_warps, num_stages)`` of a launch on a GPU of compute
+    ``capability`` (``None``: the CPU's interpreter), for ``head_dim`` the padded feature size.
+
+    Chosen so that each kernel's shared memory fits every GPU's per-block limit, Turing's 64 KiB
+    included, as Triton 3.9 compiles them (``scripts/kernel_memory.py`` compiles them ahead of time
+    on the CPU and prints the figures; tests/unit/test_kernels.py checks the tightest): float16
+    and bfloat16 need at most 74 KiB on sm_80 and later, 64 KiB on sm_75; float32, whose products
+    run without tensor cores, goes in tiles of 32 (16 by 32 for sm_75's backward at head size
+    128). Not tuned for speed. In the interpreter, tiles of 16, so that small tests cross several
+    blocks.
+    """
+    if capability is None:
+        return 16, 16, 1, 1
+    warps = 8 if head_dim > 64 else 4
+    if dtype == torch.float32:
+        return (16, 32, 4, 2) if backward and head_dim > 64 and capability < (8, 0) else (32, 32, warps, 2)
+    if capability >= (8, 0):
+        return (64, 64, warps, 2) if backward else (128, 64, warps, 3)
+    if backward:
+        return 32, 32, warps, 2
+    return (64, 64, warps, 2) if head_dim <= 64 else (64, 32, warps, 2)
+
+
+def _sizes(
+    q: torch.Tensor, v: torch.Tensor, block_l: int | None, block_s: int | None, backward: bool
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """The constexpr sizes of a launch (feature sizes padded to a power of two, the tile) and, on
+    CUDA, its ``num_warps`` and ``num_stages`` (the interpreter takes neither)."""
     E, EV = q.shape[-1], v.shape[-1]
-    if block_l is None:
-        block_l = 128 if q.is_cuda else 16
-    if block_s is None:
-        block_s = 64 if q.is_cuda else 16
-    return {
+    BLOCK_E, BLOCK_EV = max(16, triton.next_power_of_2(E)), max(16, triton.next_power_of_2(EV))
+    capability = torch.cuda.get_device_capability(q.device) if q.is_cuda else None
+    tile_l, tile_s, warps, stages = tiles(q.dtype, max(BLOCK_E, BLOCK_EV), backward, capability)
+    sizes = {
         "E": E,
         "EV": EV,
-        "BLOCK_E": max(16, triton.next_power_of_2(E)),
-        "BLOCK_EV": max(16, triton.next_power_of_2(EV)),
-        "BLOCK_L": block_l,
-        "BLOCK_S": block_s,
+        "BLOCK_E": BLOCK_E,
+        "BLOCK_EV": BLOCK_EV,
+        "BLOCK_L": tile_l if block_l is None else block_l,
+        "BLOCK_S": tile_s if block_s is None else block_s,
     }
-
-
-def _launch_options(q: torch.Tensor, sizes: dict[str, Any]) -> dict[str, int]:
-    """``num_warps`` and ``num_stages`` on CUDA (the interpreter takes neither)."""
-    if not q.is_cuda:
-        return {}
-    wide = max(sizes["BLOCK_E"], sizes["BLOCK_EV"]) > 64
-    return {"num_warps": 8 if wide else 4, "num_stages": 3}
+    return sizes, ({"num_warps": warps, "num_stages": stages} if q.is_cuda else {})
 
 
 def flash_forward(
@@ -233,13 +260,13 @@ def flash_forward(
     ``k (N, S, E)``, ``v (N, S, EV)``; ``keep (N, S)`` as ``torch.int8`` or ``None``."""
     N, L, _ = q.shape
     S = k.shape[1]
-    sizes = _sizes(q, v, block_l, block_s)
+    sizes, options = _sizes(q, v, block_l, block_s, backward=False)
     o = torch.empty((N, L, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((N, L), dtype=torch.float32, device=q.device)
-    grid = (triton.cdiv(L, sizes["BLOCK_L"]), N)
+    grid = (N, triton.cdiv(L, sizes["BLOCK_L"]))  # (batch * heads, blocks of queries)
     flash_forward_kernel[grid](
         q, k, v, o, lse, q if keep is None else keep, L, S, scale,
-        **sizes, CAUSAL=causal, HAS_KEEP=keep is not None, **_launch_options(q, sizes),
+        **sizes, CAUSAL=causal, HAS_KEEP=keep is not None, **options,
     )  # fmt: skip
     return o, lse
 
@@ -260,18 +287,17 @@ def flash_backward(
     """``(dq, dk, dv)`` from the forward pass's inputs, output and log-sum-exp and ``do = dL/do``."""
     N, L, _ = q.shape
     S = k.shape[1]
-    sizes = _sizes(q, v, block_l, block_s)
+    sizes, options = _sizes(q, v, block_l, block_s, backward=True)
     do = do.contiguous()
     delta = (do.float() * o.float()).sum(-1)  # (N, L): rowsum(dO * O), the softmax's correction
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     keep_arg = q if keep is None else keep
-    options = _launch_options(q, sizes)
     flags = {"CAUSAL": causal, "HAS_KEEP": keep is not None}
-    grid_kv = (triton.cdiv(S, sizes["BLOCK_S"]), N)
+    grid_kv = (N, triton.cdiv(S, sizes["BLOCK_S"]))
     flash_backward_kv_kernel[grid_kv](
         q, k, v, do, lse, delta, dk, dv, keep_arg, L, S, scale, **sizes, **flags, **options
     )
-    grid_q = (triton.cdiv(L, sizes["BLOCK_L"]), N)
+    grid_q = (N, triton.cdiv(L, sizes["BLOCK_L"]))
     flash_backward_q_kernel[grid_q](q, k, v, do, lse, delta, dq, keep_arg, L, S, scale, **sizes, **flags, **options)
     return dq, dk, dv
 
