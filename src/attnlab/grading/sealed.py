@@ -318,7 +318,8 @@ class _Sealed:
         """The code that a test may call: the functions it is given, and the methods (but the
         dunders that answer for an object: __eq__, __bool__, __torch_function__, ...) of the
         classes it is given, of its objects' classes and of the notebook's own classes (a
-        model's parts; an autograd Function, whose backward PyTorch calls). A tensor's class
+        model's parts; an autograd Function, whose backward PyTorch calls), and the function
+        inside a Triton kernel it is given, which Triton's interpreter runs. A tensor's class
         of the student's own has none."""
         import functools
 
@@ -348,6 +349,13 @@ class _Sealed:
                 wrapped = vars(obj).get("__wrapped__")
                 if wrapped is not None:
                     todo.append(wrapped)
+            elif type(getattr(obj, "fn", None)) is types.FunctionType and kind.__module__.startswith("triton"):
+                # a Triton kernel (@triton.jit): the student's function it compiles, or the copy of it
+                # that Triton's interpreter rewrites (made once per function, and kept) and runs
+                todo.append(obj.fn)
+                rewrite = getattr(obj, "rewrite", None)
+                if callable(rewrite):
+                    todo.append(rewrite())
             elif kind is types.MethodType or kind in (staticmethod, classmethod):
                 todo.append(obj.__func__)
             elif kind is property:
