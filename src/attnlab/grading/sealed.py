@@ -35,7 +35,6 @@ from typing import Any
 from attnlab.grading.harness import module_snapshot, watched_classes
 from attnlab.grading.rules import (
     BY_PROXY,
-    CALLABLE_DUNDERS,
     FRAME_ATTRIBUTES,
     FRAMES,
     FUNCTION_PARTS,
@@ -48,6 +47,7 @@ from attnlab.grading.rules import (
     TIME_LIMIT,
     WATCHED,
 )
+from attnlab.grading.sanction import sanctioned_codes
 
 
 class Violation(Exception):
@@ -314,63 +314,6 @@ class _Sealed:
             self.top_calls.discard(id(frame))
             self.check(full=False)
 
-    def sanction(self, objects: list) -> set:
-        """The code that a test may call: the functions it is given, and the methods (but the
-        dunders that answer for an object: __eq__, __bool__, __torch_function__, ...) of the
-        classes it is given, of its objects' classes and of the notebook's own classes (a
-        model's parts; an autograd Function, whose backward PyTorch calls), and the function
-        inside a Triton kernel it is given, which Triton's interpreter runs. A tensor's class
-        of the student's own has none."""
-        import functools
-
-        torch = self.torch
-        codes, seen = set(), set()
-        todo = list(objects)  # and every class of the notebook's: a model's parts, an autograd Function
-        todo += [
-            v
-            for v in self.student_globals.values()
-            if issubclass(type(v), type)
-            and any(self.is_student(f.__code__) for f in vars(v).values() if type(f) is types.FunctionType)
-        ]
-        while todo:
-            obj = todo.pop()
-            if id(obj) in seen:
-                continue
-            seen.add(id(obj))
-            kind = type(obj)
-            if kind is functools.partial:
-                todo.append(obj.func)
-            elif kind is types.FunctionType:
-                codes.add(obj.__code__)
-                # a decorator's wrapper (torch.no_grad(), functools.wraps): the student's function inside
-                todo.extend(
-                    c.cell_contents for c in (obj.__closure__ or ()) if type(c.cell_contents) is types.FunctionType
-                )
-                wrapped = vars(obj).get("__wrapped__")
-                if wrapped is not None:
-                    todo.append(wrapped)
-            elif type(getattr(obj, "fn", None)) is types.FunctionType and kind.__module__.startswith("triton"):
-                # a Triton kernel (@triton.jit): the student's function it compiles, or the copy of it
-                # that Triton's interpreter rewrites (made once per function, and kept) and runs
-                todo.append(obj.fn)
-                rewrite = getattr(obj, "rewrite", None)
-                if callable(rewrite):
-                    todo.append(rewrite())
-            elif kind is types.MethodType or kind in (staticmethod, classmethod):
-                todo.append(obj.__func__)
-            elif kind is property:
-                todo.extend(f for f in (obj.fget, obj.fset) if f is not None)
-            elif isinstance(kind, type) and issubclass(kind, type):  # a class
-                if issubclass(obj, torch.Tensor):
-                    continue  # a tensor of the student's own class has nothing to answer for a test
-                for cls in obj.__mro__:
-                    for name, value in vars(cls).items():
-                        if not (name.startswith("__") and name.endswith("__")) or name in CALLABLE_DUNDERS:
-                            todo.append(value)
-            elif obj is not None and not issubclass(kind, (torch.Tensor, int, float, str, bytes, tuple, list, dict)):
-                todo.append(kind)  # an object (a model): its class's methods
-        return {c for c in codes if self.is_student(c)}
-
     # --- grading --------------------------------------------------------------------------
     def grade(self) -> None:
         outcomes: dict[str, list[dict]] = {}
@@ -439,7 +382,7 @@ class _Sealed:
 
             params = list(inspect.signature(fn).parameters)
             args = {p: self.student_globals.get(p) for p in params}
-            self.sanctioned = self.sanction(list(args.values()))
+            self.sanctioned = sanctioned_codes(list(args.values()), self.student_globals, self.is_student, self.torch)
             passed, message = True, "✅ Test case passed"
             error: BaseException | None = None
             self.stopped = False
