@@ -2,7 +2,7 @@
 #   make book      create .venv, install everything, build the website into _build/html
 #   make book-student  the student edition (no exercise solutions) into _build/html-student
 #   make test      install, then every check below, in this order (a failing one stops none of the others):
-#     make lint      ruff check, ruff format --check, mypy (configured in pyproject.toml)
+#     make lint      ruff check, ruff format --check, mypy (configured in pyproject.toml), CITATION.cff
 #     make unit      tests/unit and tests/book, but for the checks of the built website
 #     make chapters  every chapter executed and compared with its committed outputs (nbval)
 #     make site      both editions built, then checked in Chromium (tests/site, and tests marked `site`)
@@ -100,11 +100,13 @@ test:
 times:
 	@$(PY) scripts/junit_times.py --folders $(wildcard $(JUNIT)) || true
 
-# The linters (versions pinned in requirements.txt; settings in pyproject.toml); no notebook.
+# The linters (versions pinned in requirements.txt; settings in pyproject.toml); no notebook. Then
+# CITATION.cff against the Citation File Format's schema and the book (scripts/check_citation.py).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_citation.py
 
 # The runs whose tests use no hypothesis leave its pytest plugin out (0.6 s of each process's start).
 NO_HYPOTHESIS := -p no:hypothesispytest

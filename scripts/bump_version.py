@@ -4,8 +4,9 @@ The version lives in pyproject.toml. What cannot read it names the release tag `
 again: the Colab install line of every chapter, student chapter and assignment (it runs before
 the package is installed), the Colab links of the published assignments, _config.yml's branch
 (Jupyter Book builds the Colab buttons from it), and the pages that quote the install line. This
-script rewrites all of them and adds the new version's heading to CHANGELOG.md (the entries
-under Unreleased move below it). ``--dry-run`` prints the files it would change.
+script rewrites all of them and CITATION.cff's version and release date, and adds the new
+version's heading to CHANGELOG.md (the entries under Unreleased move below it). ``--dry-run``
+prints the files it would change.
 
 ``tests/book/test_release.py`` checks that every file naming the current tag is one this script
 rewrites, so a new file that names the tag cannot be forgotten at the next release.
@@ -64,10 +65,17 @@ def bump(new: str, root: Path = ROOT, *, today: datetime.date | None = None, dry
         updated = tag.sub(f"v{new}", text)
         if updated != text:
             changed.append((path, updated))
+    date = (today or datetime.date.today()).isoformat()
+    citation = root / "CITATION.cff"  # its version and release date (scripts/check_citation.py)
+    if citation.exists():
+        text = citation.read_text(encoding="utf-8")
+        updated = re.sub(rf"(?m)^version: {re.escape(old)}$", f"version: {new}", text, count=1)
+        updated = re.sub(r'(?m)^date-released: "[0-9-]+"$', f'date-released: "{date}"', updated, count=1)
+        if updated != text:
+            changed.append((citation, updated))
     changelog = root / "CHANGELOG.md"
     if changelog.exists():
         text = changelog.read_text(encoding="utf-8")
-        date = (today or datetime.date.today()).isoformat()
         updated = text.replace("## [Unreleased]\n", f"## [Unreleased]\n\n## [{new}] - {date}\n", 1)
         if updated != text:
             changed.append((changelog, updated))

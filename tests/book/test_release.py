@@ -139,6 +139,7 @@ def test_contributing_explains_the_release():
 # --- the version in one place: scripts/bump_version.py rewrites every copy of the tag ----------
 sys.path.insert(0, str(ROOT / "scripts"))
 import bump_version  # noqa: E402
+import check_citation  # noqa: E402
 
 
 def _names_the_tag(text: str, version: str = VERSION) -> bool:
@@ -160,13 +161,18 @@ def test_every_file_that_names_the_tag_is_bumped():
 
 def test_bump_version_rewrites_every_copy(tmp_path):
     """Bumped on a copy of the tree, no copy of the old tag is left and the new one is everywhere."""
-    for path in [ROOT / "pyproject.toml", ROOT / "CHANGELOG.md", *bump_version.tagged_files()]:
+    cited = [ROOT / "CITATION.cff", ROOT / "README.md", ROOT / "book" / "intro.md"]
+    for path in [ROOT / "pyproject.toml", ROOT / "CHANGELOG.md", *cited, *bump_version.tagged_files()]:
         target = tmp_path / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(path.read_bytes())
+    assert check_citation.problems(tmp_path) == []
     changed = bump_version.bump("9.9.9", tmp_path, today=datetime.date(2030, 1, 2))
     assert bump_version.current_version(tmp_path) == "9.9.9"
-    assert len(changed) == 2 + len(bump_version.tagged_files(tmp_path))
+    assert len(changed) == 3 + len(bump_version.tagged_files(tmp_path))
+    # CITATION.cff follows: its version and release date, checked as `make lint` checks them
+    assert check_citation.problems(tmp_path) == []
+    assert "version: 9.9.9\n" in (tmp_path / "CITATION.cff").read_text(encoding="utf-8")
     for path in bump_version.tagged_files(tmp_path):
         text = path.read_text(encoding="utf-8")
         assert not _names_the_tag(text) and _names_the_tag(text, "9.9.9"), path
