@@ -47,9 +47,11 @@ and tests/book/test_bibliography.py fails on such a pair without them.
 from __future__ import annotations
 
 import html
+import json
 import types
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from bs4 import BeautifulSoup
 from docutils import nodes
@@ -59,11 +61,13 @@ from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
 from pybtex.style.sorting import BaseSortingStyle
 from sphinx.application import Sphinx
+from sphinx.util import logging
 from sphinxcontrib.bibtex.style.names.last import LastNameStyle
 
 HERE = Path(__file__).resolve().parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_SCRIPT = f'<script type="{WIDGET_VIEW}">'
+logger = logging.getLogger(__name__)
 
 
 def _script_key(script: Any) -> tuple:
@@ -150,7 +154,7 @@ def pass_alt_to_widgets(app: Sphinx, doctree: nodes.document, docname: str) -> N
             text = raw.astext()
             if raw.get("format") == "html" and text.startswith(WIDGET_SCRIPT):
                 tagged = f'<script type="{WIDGET_VIEW}" data-alt="{html.escape(alt, quote=True)}">'
-                raw.replace_self(nodes.raw("", tagged + text[len(WIDGET_SCRIPT):], format="html"))
+                raw.replace_self(nodes.raw("", tagged + text[len(WIDGET_SCRIPT) :], format="html"))
 
 
 def add_widget_script(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
@@ -206,6 +210,54 @@ register_plugin("pybtex.style.sorting", "attnlab_author_year", AuthorYearSorting
 register_plugin("pybtex.style.formatting", "attnlab_author_year", AuthorYearStyle)
 
 
+def published_chrome(app: Sphinx, config: Any) -> None:
+    """The published site's chrome, from the one address in _config.yml (``html.baseurl``).
+
+    - One search field: pydata-sphinx-theme 0.17 puts a search field into a header bar that
+      sphinx-book-theme 1.3 leaves otherwise empty, above the sidebar's own field. An empty
+      ``navbar_persistent`` removes it (the sidebar's field stays on wide pages, the article
+      header's search button on narrow ones); the header bar is then hidden by attnlab-a11y.css.
+    - The 404 page (sphinx-notfound-page) is served for any missing path, at any depth: its links
+      start from the site's root path, "/attnlab/" for https://attnlab.github.io/attnlab/.
+    - The preview cards (sphinxext-opengraph) give each page's address under the same root.
+    """
+    base = config.html_baseurl
+    if not base.startswith("https://") or not base.endswith("/"):
+        raise ValueError(f"_config.yml: html.baseurl must be the site's https address ending in '/', got {base!r}")
+    config.html_theme_options["navbar_persistent"] = []
+    root = urlparse(base).path
+    config.notfound_urls_prefix = root
+    config.notfound_context = {
+        "title": "Page not found",
+        "body": (
+            "<h1>Page not found</h1>\n"
+            "<p>There is no page at this address. The book's chapters are listed on the left; "
+            f'<a href="{root}">the front page</a> starts from the beginning.</p>'
+        ),
+    }
+    config.ogp_site_url = base
+
+
+def add_computed_with(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """A chapter's page ends with the PyTorch version and the date its outputs were computed with:
+    ``metadata.attnlab`` of the notebook, which scripts/nbval_mode.py writes when the outputs are
+    recorded (``make execute``). Notebook metadata, not an output: nbval compares none of it. A
+    chapter without it warns, which fails the build (-W)."""
+    notebook = Path(app.srcdir) / f"{pagename}.ipynb"
+    if not pagename.startswith("chapters/") or not notebook.is_file() or "body" not in context:
+        return
+    meta = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {}).get("attnlab", {})
+    torch_version = str(meta.get("platform", {}).get("torch", "")).split("+")[0]
+    date = meta.get("recorded")
+    if not torch_version or not date:
+        logger.warning(f"{notebook.name}: no metadata.attnlab.platform.torch or .recorded: run scripts/nbval_mode.py record")
+        return
+    context["body"] += (
+        '<p class="attnlab-computed-with">The outputs on this page were computed with '
+        f"PyTorch {html.escape(torch_version)} on {html.escape(date)}.</p>"
+    )
+
+
 def add_static_files(app: Sphinx) -> None:
     if app.builder.format == "html":
         app.config.html_static_path.append(str(HERE / "static"))
@@ -213,6 +265,7 @@ def add_static_files(app: Sphinx) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
+    app.connect("config-inited", published_chrome)
     # Before pydata-sphinx-theme's own components folder, which it appends in its setup().
     app.config.templates_path.insert(0, str(HERE / "templates"))
     app.connect("html-page-context", wrap_toctree_function, priority=600)  # after the theme's (500)
@@ -220,5 +273,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", add_static_files)
     app.connect("doctree-resolved", pass_alt_to_widgets)
     app.connect("html-page-context", add_widget_script)
+    app.connect("html-page-context", add_computed_with)
     app.add_css_file("attnlab-a11y.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

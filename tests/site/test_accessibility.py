@@ -42,7 +42,9 @@ def _pages() -> list[str]:
     if not (SITE / "index.html").exists():
         raise RuntimeError(f"no built site at {SITE}: run `make book` first (`make test` does)")
     pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
-    return [p for p in pages if not p.startswith(("_", "vendor/"))]  # every page a reader can open
+    # every page a reader can open; 404.html, served in place of a missing page, is scanned by
+    # tests/site/test_chrome.py at the address where the published site serves it
+    return [p for p in pages if not p.startswith(("_", "vendor/")) and p != "404.html"]
 
 
 PAGES = _pages()

@@ -33,7 +33,9 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 def _pages() -> list[str]:
     if not (SITE / "index.html").exists():
         raise RuntimeError(f"no built site at {SITE}: run `make book` first (`make test` does)")
-    skip = {"genindex.html"}  # Sphinx's generated index: empty for this book, nothing to read
+    # genindex.html: Sphinx's generated index, empty for this book; 404.html: served in place of a
+    # missing page, with links from the published site's root (tests/site/test_chrome.py opens it so)
+    skip = {"genindex.html", "404.html"}
     pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
     return [p for p in pages if not p.startswith(("_", "vendor/")) and p not in skip]
 
