@@ -5,7 +5,8 @@ platform that produced them: the CPU's vector instructions (PyTorch picks AVX-51
 plain kernels at start-up, and each sums floats in another order), the number of threads, the
 torch version, and the device (a GPU draws other random numbers and rounds matrix products
 differently). ``make execute`` records that platform in every chapter's metadata
-(``metadata.attnlab.platform``); ``make test`` compares it with the machine it runs on:
+(``metadata.attnlab.platform``), with the date (``metadata.attnlab.recorded``) that each
+chapter's page shows beside the torch version; ``make test`` compares it with the machine it runs on:
 
 - **strict** (``pytest --nbval``) where every chapter was recorded on this very platform:
   every cell's output is compared with the committed one;
@@ -25,6 +26,7 @@ Usage:
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
@@ -67,13 +69,16 @@ def recorded_platform(path: Path) -> dict[str, object] | None:
     return nb.get("metadata", {}).get(KEY, {}).get("platform")
 
 
-def record(paths: list[Path]) -> None:
-    """Write this machine's platform into each notebook's metadata (nothing else changes)."""
+def record(paths: list[Path], today: datetime.date | None = None) -> None:
+    """Write this machine's platform, and today's date, into each notebook's metadata (nothing else
+    changes). The chapter's page shows both: "computed with PyTorch ... on ..." (book/_ext)."""
     platform = current_platform()
     for path in paths:
         text = path.read_text(encoding="utf-8")
         nb = json.loads(text)
-        nb.setdefault("metadata", {}).setdefault(KEY, {})["platform"] = platform
+        meta = nb.setdefault("metadata", {}).setdefault(KEY, {})
+        meta["platform"] = platform
+        meta["recorded"] = (today or datetime.date.today()).isoformat()
         # The layout nbformat writes: sorted keys, one-space indent, non-ASCII kept, a final newline.
         path.write_text(json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"recorded {describe(platform)} in {len(paths)} notebook(s)", file=sys.stderr)

@@ -53,7 +53,7 @@ def _readme_commands() -> list[str]:
 
 
 def test_the_workflows_exist():
-    assert sorted(p.name for p in WORKFLOWS.glob("*.y*ml")) == ["publish.yml", "test.yml"]
+    assert sorted(p.name for p in WORKFLOWS.glob("*.y*ml")) == ["publish.yml", "test.yml", "weekly.yml"]
 
 
 def test_actionlint_finds_nothing():
@@ -134,3 +134,39 @@ def _check_toolchain(workflow: dict) -> None:
     assert [s["with"]["node-version"] for s in node] == ["20"]
     # PyPI's Linux torch is a CUDA build: CI takes the CPU one from PyTorch's index.
     assert workflow["env"]["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+
+
+def test_the_weekly_workflow_runs_the_chapters_with_the_newest_torch_and_colabs_versions():
+    """Scheduled weekly; one job with the newest PyTorch release over the book's environment, one with
+    the versions of Colab's current runtime; every chapter in both; an issue opened on failure."""
+    workflow = _workflow("weekly.yml")
+    (schedule,) = workflow["on"]["schedule"]
+    _minute, _hour, day, month, weekday = schedule["cron"].split()
+    assert (day, month) == ("*", "*") and weekday.isdigit(), f"not weekly: {schedule['cron']!r}"
+    assert "workflow_dispatch" in workflow["on"], "a maintainer must be able to run it by hand"
+    assert workflow["permissions"] == {"contents": "read"}, "only the report job may write (issues)"
+    jobs = workflow["jobs"]
+    newest = "\n".join(s.get("run", "") for s in jobs["newest-torch"]["steps"])
+    assert "make install" in newest and "--upgrade" in newest and " torch" in newest
+    assert "NBVAL_MODE=portable make chapters" in newest
+    colab = "\n".join(s.get("run", "") for s in jobs["colab"]["steps"])
+    assert "googlecolab/backend-info" in colab and "scripts/colab_pins.py" in colab
+    assert "-r colab-pins.txt" in colab and "pytest chapters" in colab and "--nbval-lax" in colab
+    report = jobs["report"]
+    assert set(report["needs"]) == {"newest-torch", "colab"} and report["if"] == "failure()"
+    assert report["permissions"] == {"issues": "write"}
+    script = report["steps"][0]["run"]
+    assert "gh issue create" in script and "gh issue comment" in script
+
+
+def test_colab_pins_take_todays_versions_of_the_books_packages(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import colab_pins
+
+    names = [line.split("==")[0] for line in colab_pins.pins()]
+    assert names[0] == "torch" and "pip" not in names and "ipywidgets" in names
+    freeze = "\n".join(f"{n}==9.9.9" for n in names) + "\ntorch==2.99.0+cu128\nunrelated==1.0\n"
+    pinned = dict(line.split("==") for line in colab_pins.pins(freeze))
+    assert pinned["torch"] == "2.99.0" and pinned["numpy"] == "9.9.9" and "unrelated" not in pinned
+    with pytest.raises(ValueError, match="none of"):
+        colab_pins.pins("numpy==1.0\n")
