@@ -231,7 +231,7 @@ def published_chrome(app: Sphinx, config: Any) -> None:
         "title": "Page not found",
         "body": (
             "<h1>Page not found</h1>\n"
-            "<p>There is no page at this address. The book's chapters are listed on the left; "
+            "<p>There is no page at this address. The book's chapters are listed in its menu; "
             f'<a href="{root}">the front page</a> starts from the beginning.</p>'
         ),
     }
@@ -250,7 +250,9 @@ def add_computed_with(app: Sphinx, pagename: str, templatename: str, context: di
     torch_version = str(meta.get("platform", {}).get("torch", "")).split("+")[0]
     date = meta.get("recorded")
     if not torch_version or not date:
-        logger.warning(f"{notebook.name}: no metadata.attnlab.platform.torch or .recorded: run scripts/nbval_mode.py record")
+        logger.warning(
+            f"{notebook.name}: no metadata.attnlab.platform.torch or .recorded: run scripts/nbval_mode.py record"
+        )
         return
     context["body"] += (
         '<p class="attnlab-computed-with">The outputs on this page were computed with '
