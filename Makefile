@@ -1,11 +1,12 @@
 # attnlab: the two commands are `make book` and `make test` (see README.md).
 #   make book      create .venv, install everything, build the website into _build/html
 #   make book-student  the student edition (no exercise solutions) into _build/html-student
+#   make pdf       the PDF edition, printed from the website: _build/pdf/attnlab.pdf
 #   make test      install, then every check below, in this order (a failing one stops none of the others):
 #     make lint      ruff check, ruff format --check, mypy (configured in pyproject.toml), CITATION.cff
 #     make unit      tests/unit and tests/book, but for the checks of the built website
 #     make chapters  every chapter executed and compared with its committed outputs (nbval)
-#     make site      both editions built, then checked in Chromium (tests/site, and tests marked `site`)
+#     make site      both editions and the PDF built, then checked in Chromium (tests/site, and tests marked `site`)
 #     make grading   the assignments built and graded (tests/assignments)
 #   make execute   re-execute every chapter in place (regenerates the published outputs)
 #   make assignments  student notebooks and autograder zips into _build/assignments
@@ -27,7 +28,7 @@ export OMP_NUM_THREADS ?= 2
 export MKL_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: lock all install book book-student vendor test lint unit chapters site grading times screenshots test-gpu \
+.PHONY: lock all install book book-student pdf vendor test lint unit chapters site grading times screenshots test-gpu \
 	gpu-wheels execute browser clean distclean bench bench-gpu assignments
 
 all: book
@@ -77,6 +78,11 @@ book-student: vendor
 	$(VENV)/bin/jupyter-book build _build/student-src --warningiserror --nitpick --keep-going
 	mv _build/student-src/_build/html _build/html-student
 	@echo "make book-student: open _build/html-student/index.html"
+
+# The PDF edition: the built website printed by Chromium into one PDF (scripts/build_pdf.py says
+# why a print and not LaTeX): title page, contents with page numbers, every page of _toc.yml.
+pdf: book browser
+	$(PY) scripts/build_pdf.py
 
 # --- chapters -------------------------------------------------------------------------------
 execute: $(STAMP)
@@ -130,6 +136,7 @@ chapters: $(STAMP)
 site:
 	bash scripts/install_chromium.sh
 	$(MAKE) -j2 -Otarget book book-student
+	$(PY) scripts/build_pdf.py
 	$(PY) -m pytest tests/site tests/book -m site -n 3 --dist loadgroup -p no:cacheprovider $(NO_HYPOTHESIS) \
 		--junitxml=_build/test-results-site.xml
 

@@ -108,8 +108,8 @@ def test_the_test_workflow_runs_make_test_on_every_push_and_pull_request():
 def test_the_publish_workflow_builds_with_make_book_on_a_version_tag_and_deploys_to_pages():
     workflow = _workflow("publish.yml")
     assert workflow["on"] == {"push": {"tags": ["v*"]}}, "publish.yml must run on a pushed tag v<version>"
-    assert _make_commands(workflow) == ["make book"], (
-        "publish.yml must build with the README's `make book`, and only it"
+    assert _make_commands(workflow) == ["make book", "make pdf", "make assignments"], (
+        "publish.yml must build the site with the README's `make book`, then the PDF and the assignments"
     )
     _check_toolchain(workflow)
     steps = _steps(workflow)
@@ -119,7 +119,13 @@ def test_the_publish_workflow_builds_with_make_book_on_a_version_tag_and_deploys
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
-    assert workflow["permissions"] == {"contents": "read"}, "only the deploy job may write"
+    assert workflow["permissions"] == {"contents": "read"}, "only the deploy and release jobs may write"
+    # The release: the PDF and every assignment's zips, attached to the tag's GitHub release.
+    release = workflow["jobs"]["release"]
+    assert release["needs"] == "build" and release["permissions"] == {"contents": "write"}
+    made = "\n".join(s.get("run", "") for s in steps)
+    assert "cp _build/pdf/attnlab.pdf release/" in made and "-student.zip" in made and "-autograder.zip" in made
+    assert 'gh release create "$GITHUB_REF_NAME" release/*' in release["steps"][-1]["run"]
     # The tag must be the package's version (test_release.py ties the chapters to the same tag).
     assert any('"v$version"' in s.get("run", "") and "GITHUB_REF_NAME" in s.get("run", "") for s in steps)
 
