@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import http.server
 import shutil
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -37,15 +38,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+# The flags that worked here (TOOLING.md), shared with the PDF's print (scripts/build_pdf.py).
+sys.path.insert(0, str(ROOT / "scripts"))
+from build_pdf import CHROMIUM_ARGS as LAUNCH_ARGS  # noqa: E402
+
 VIEWPORT = {"width": 1280, "height": 900}
 # Two device pixels to a CSS pixel, as on a phone or a laptop's high-density screen: the diagrams'
 # screenshots are drawn at that density (the full-page ones are taken at one pixel to a CSS pixel).
